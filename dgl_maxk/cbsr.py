@@ -1,0 +1,105 @@
+"""CBSR: Compressed Balanced Sparse Row features.
+
+A matrix whose every row holds exactly ``k`` non-zeros needs no row pointer: it is stored as
+``values`` (N x k) and ``indices`` (N x k, the column of each value in ``[0, d)``). Indices are
+``uint8`` while ``d <= 256`` (5k bytes per row in fp32) and ``int16`` above, which covers
+``d <= 32768``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MAX_WIDTH = 32768  # int16 indices
+
+
+def index_dtype(d: int) -> torch.dtype:
+    """The narrowest index type that can hold a column of a d-wide matrix."""
+    if not 1 <= d <= MAX_WIDTH:
+        raise ValueError(f"CBSR width d must be in [1, {MAX_WIDTH}], got {d}")
+    return torch.uint8 if d <= 256 else torch.int16
+
+
+@dataclass
+class CBSR:
+    """A row-balanced sparse matrix: exactly ``k`` stored entries in each of ``N`` rows.
+
+    Parameters
+    ----------
+    values : Tensor, shape (N, k), floating point
+        The stored entries; autograd flows through this tensor.
+    indices : Tensor, shape (N, k), uint8 (d <= 256) or int16
+        Column of each stored entry. Within a row the columns are distinct and, for
+        matrices made by :func:`dgl_maxk.maxk`, ascending.
+    d : int
+        The width of the dense matrix.
+
+    Example
+    -------
+    >>> x = torch.tensor([[0., 3., 0., 1.], [2., 0., 0., 0.]])
+    >>> c = CBSR.from_dense(x, k=2)
+    >>> c.to_dense()
+    tensor([[0., 3., 0., 1.],
+            [2., 0., 0., 0.]])
+    """
+
+    values: torch.Tensor
+    indices: torch.Tensor
+    d: int
+
+    def __post_init__(self):
+        v, i = self.values, self.indices
+        if v.dim() != 2 or i.shape != v.shape:
+            raise ValueError(
+                f"CBSR values and indices must both be N x k; got {tuple(v.shape)} and "
+                f"{tuple(i.shape)}")
+        if not v.is_floating_point():
+            raise ValueError(f"CBSR values must be floating point, got {v.dtype}")
+        if i.dtype != index_dtype(self.d):
+            raise ValueError(
+                f"CBSR indices for d = {self.d} must be {index_dtype(self.d)}, got {i.dtype}")
+        if not 1 <= v.shape[1] <= self.d:
+            raise ValueError(f"CBSR k must be in [1, d = {self.d}], got {v.shape[1]}")
+        if v.device != i.device:
+            raise ValueError(f"CBSR values on {v.device} but indices on {i.device}")
+
+    @property
+    def k(self) -> int:
+        return self.values.shape[1]
+
+    @property
+    def shape(self) -> tuple:
+        return (self.values.shape[0], self.d)
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    def long_indices(self) -> torch.Tensor:
+        """Indices as int64, for torch indexing (uint8 would be read as a boolean mask)."""
+        return self.indices.long()
+
+    def to_dense(self) -> torch.Tensor:
+        """The N x d dense matrix (differentiable with respect to ``values``)."""
+        out = self.values.new_zeros(self.shape)
+        return out.scatter(1, self.long_indices(), self.values)
+
+    @staticmethod
+    def from_dense(x: torch.Tensor, k: int) -> "CBSR":
+        """Keep the k largest entries of each row of ``x`` (see :func:`dgl_maxk.maxk`)."""
+        from .ops import maxk
+        return maxk(x, k)
+
+    def with_values(self, values: torch.Tensor) -> "CBSR":
+        """The same sparsity pattern with other values (dropout, casts)."""
+        return CBSR(values, self.indices, self.d)
+
+    def to(self, *args, **kwargs) -> "CBSR":
+        """Move or cast like ``Tensor.to``; a dtype applies to the values only."""
+        values = self.values.to(*args, **kwargs)
+        return CBSR(values, self.indices.to(values.device), self.d)

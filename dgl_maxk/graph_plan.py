@@ -1,0 +1,151 @@
+"""Graph plans: the structure of a DGL graph in the form the aggregation operators need.
+
+A :class:`GraphPlan` holds the CSR over destination rows (``indptr``, source ``indices`` and the
+DGL edge id of each CSR entry), the degrees, and the per-edge aggregation weights of each
+normalisation, all on the device of the features. :func:`graph_plan` builds it once per graph
+and device and caches it on the graph; a structural change of the graph (``add_edges``,
+``remove_nodes``, ...) replaces DGL's graph index and so invalidates the cached plan.
+
+A graph on the CPU with features on a GPU is the normal case with the DGL wheels of the
+package index (which have no CUDA); a graph on a GPU must have its features on that GPU.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ._dgl import DGLError, dgl
+
+NORMS = ("none", "left", "right", "both")
+
+_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class GraphPlan:
+    """CSR over destination rows of a one-edge-type graph or block, on one device.
+
+    Attributes
+    ----------
+    num_src, num_dst, num_edges : int
+    indptr : Tensor (num_dst + 1,), int64
+    indices : Tensor (num_edges,), int64 -- source node of each CSR entry
+    edge_ids : Tensor (num_edges,), int64 -- DGL edge id of each CSR entry
+    in_degrees : Tensor (num_dst,), int64 ; out_degrees : Tensor (num_src,), int64
+    kernel_cache : dict -- what the CUDA backend derives from the plan (edge groups, ...)
+    """
+
+    def __init__(self, indptr, indices, edge_ids, num_src, num_dst):
+        self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
+        self.num_src, self.num_dst = int(num_src), int(num_dst)
+        self.num_edges = indices.numel()
+        self.device = indptr.device
+        self.in_degrees = indptr[1:] - indptr[:-1]
+        self.out_degrees = torch.bincount(indices, minlength=self.num_src)
+        self.dst_of_edge = torch.repeat_interleave(
+            torch.arange(self.num_dst, device=self.device), self.in_degrees,
+            output_size=self.num_edges)
+        self.kernel_cache: dict = {}
+        self._edge_values: dict = {}
+        self._transpose = None
+        self._has_zero_in_degree = None
+
+    def has_zero_in_degree(self) -> bool:
+        """Whether some destination node has no in-edge (computed once)."""
+        if self._has_zero_in_degree is None:
+            self._has_zero_in_degree = bool((self.in_degrees == 0).any())
+        return self._has_zero_in_degree
+
+    @staticmethod
+    def from_graph(graph, device) -> "GraphPlan":
+        # From the COO edge list: dgl 2.1's adj_tensors("csc") returns garbage or crashes on
+        # blocks under newer torch.
+        src, dst = graph.edges()
+        device = torch.device(device)
+        src, dst = src.to(device, torch.int64), dst.to(device, torch.int64)
+        edge_ids = torch.argsort(dst, stable=True)
+        counts = torch.bincount(dst, minlength=graph.num_dst_nodes())
+        indptr = torch.zeros(graph.num_dst_nodes() + 1, dtype=torch.int64, device=device)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        return GraphPlan(indptr, src[edge_ids], edge_ids, graph.num_src_nodes(),
+                         graph.num_dst_nodes())
+
+    def node_scale(self, norm: str, side: str, dtype) -> torch.Tensor | None:
+        """The factor a normalisation applies per source ('src') or destination ('dst') node."""
+        if side == "src" and norm in ("left", "both"):
+            deg = self.out_degrees
+        elif side == "dst" and norm in ("right", "both"):
+            deg = self.in_degrees
+        else:
+            return None
+        deg = deg.to(dtype).clamp(min=1)
+        return deg.rsqrt() if norm == "both" else deg.reciprocal()
+
+    def edge_values(self, norm: str = "none", edge_weight: torch.Tensor | None = None,
+                    dtype=torch.float32) -> torch.Tensor:
+        """The non-zeros of the weighted adjacency A (num_dst x num_src), in CSR order.
+
+        A[r, c] = edge_weight[e] * scale_src[c] * scale_dst[r] for each edge e = (c -> r),
+        where the scales are those of DGL's GraphConv ``norm``: 'none', 'left' (1 / out-degree
+        of c), 'right' (1 / in-degree of r, i.e. the mean) or 'both' (both to the power -1/2).
+        Differentiable with respect to ``edge_weight``. Cached when ``edge_weight`` is None.
+        """
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        if edge_weight is None:
+            key = (norm, dtype)
+            if key not in self._edge_values:
+                ones = torch.ones(self.num_edges, dtype=dtype, device=self.device)
+                self._edge_values[key] = self._scaled(ones, norm, dtype)
+            return self._edge_values[key]
+        weights = edge_weight.to(self.device).reshape(-1)[self.edge_ids]
+        return self._scaled(weights.to(dtype), norm, dtype)
+
+    def _scaled(self, values, norm, dtype):
+        src = self.node_scale(norm, "src", dtype)
+        dst = self.node_scale(norm, "dst", dtype)
+        if src is not None:
+            values = values * src[self.indices]
+        if dst is not None:
+            values = values * dst[self.dst_of_edge]
+        return values
+
+    def transpose(self):
+        """(indptr, indices, perm) of the CSR over source rows: entry i of it is CSR entry
+        perm[i] of this plan, so A^T's values are ``edge_values[perm]``."""
+        if self._transpose is None:
+            perm = torch.argsort(self.indices, stable=True)
+            counts = self.out_degrees
+            t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.device)
+            torch.cumsum(counts, 0, out=t_indptr[1:])
+            self._transpose = (t_indptr, self.dst_of_edge[perm], perm)
+        return self._transpose
+
+
+def check_graph(graph):
+    """Raise a DGLError unless ``graph`` is a DGLGraph or block with one edge type."""
+    if not isinstance(graph, dgl.DGLGraph):
+        raise DGLError(f"expected a DGLGraph or a DGL block, got {type(graph).__name__}")
+    if len(graph.canonical_etypes) != 1:
+        raise DGLError(
+            "dgl_maxk aggregates over graphs with one edge type; this graph has "
+            f"{len(graph.canonical_etypes)} ({graph.canonical_etypes}). Use "
+            "dgl.nn.HeteroGraphConv over dgl_maxk layers, or dgl.to_homogeneous.")
+
+
+def graph_plan(graph, device) -> GraphPlan:
+    """The cached :class:`GraphPlan` of ``graph`` on ``device`` (built on first use)."""
+    check_graph(graph)
+    device = torch.device(device)
+    if graph.device.type != "cpu" and graph.device != device:
+        raise DGLError(
+            f"the graph is on {graph.device} but the features are on {device}; move one of "
+            "them (a graph on the CPU may be used with features on any device)")
+    entry = _PLANS.get(graph)
+    if entry is None or entry[0] is not graph._graph:
+        entry = (graph._graph, {})  # a new DGL graph index means the structure changed
+        _PLANS[graph] = entry
+    plans = entry[1]
+    if device not in plans:
+        plans[device] = GraphPlan.from_graph(graph, device)
+    return plans[device]

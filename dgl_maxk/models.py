@@ -1,0 +1,135 @@
+"""The MaxK-GNN models of the paper (DESIGN.md section 2), each also runnable with ReLU.
+
+- GraphSAGE: lin_in -> L x [MaxK -> SAGEConv(d, d, 'mean', feat_drop=p, norm=LayerNorm)] ->
+  lin_out
+- GCN: relu(lin_in) -> L x [Linear(d, d) -> MaxK -> Dropout(p) -> GraphConv(d, d,
+  weight=False, norm='both') -> LayerNorm] -> lin_out
+- GIN: as GCN with GINConv('sum', learn_eps=True) in place of GraphConv.
+
+``nonlinearity='relu'`` puts ReLU where MaxK is, and aggregates dense features. ``graph`` is
+a DGLGraph (full-graph training) or a list of one block per layer (mini-batch training).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .cbsr import CBSR
+from .nn import GINConv, GraphConv, SAGEConv
+from .ops import maxk
+
+NONLINEARITIES = ("maxk", "relu")
+
+
+class MaxKGNN(nn.Module):
+    """Base class: input and output projections, L hidden layers, MaxK or ReLU before each
+    aggregation.
+
+    Parameters
+    ----------
+    in_feats, hidden_feats, out_feats : int
+    num_layers : int -- aggregation layers (at least 1)
+    k : int -- entries kept per row by MaxK (1 <= k <= hidden_feats); ignored for ReLU
+    dropout : float
+    nonlinearity : 'maxk' | 'relu'
+    """
+
+    def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
+                 nonlinearity="maxk"):
+        super().__init__()
+        if nonlinearity not in NONLINEARITIES:
+            raise ValueError(f"nonlinearity must be one of {NONLINEARITIES}, got "
+                             f"{nonlinearity!r}")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        if nonlinearity == "maxk" and not 1 <= k <= hidden_feats:
+            raise ValueError(f"k = {k} must be in [1, hidden_feats = {hidden_feats}]")
+        self.k = k if nonlinearity == "maxk" else None
+        self.nonlinearity = nonlinearity
+        self.num_layers = num_layers
+        self.dropout = nn.Dropout(dropout)
+        self.lin_in = nn.Linear(in_feats, hidden_feats)
+        self.lin_out = nn.Linear(hidden_feats, out_feats)
+
+    def activate(self, h):
+        """MaxK (to CBSR) or ReLU (dense)."""
+        return maxk(h, self.k) if self.k is not None else F.relu(h)
+
+    def drop(self, x):
+        """Dropout on the kept values of CBSR, or on a dense tensor."""
+        return x.with_values(self.dropout(x.values)) if isinstance(x, CBSR) else self.dropout(x)
+
+    @staticmethod
+    def layer_graph(graph, i):
+        return graph[i] if isinstance(graph, (list, tuple)) else graph
+
+
+class MaxKSAGE(MaxKGNN):
+    """GraphSAGE of the paper; see :class:`MaxKGNN` for the parameters."""
+
+    def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
+                 nonlinearity="maxk"):
+        super().__init__(in_feats, hidden_feats, out_feats, num_layers, k, dropout,
+                         nonlinearity)
+        self.layers = nn.ModuleList(
+            SAGEConv(hidden_feats, hidden_feats, "mean", feat_drop=dropout,
+                     norm=nn.LayerNorm(hidden_feats), k=self.k)
+            for _ in range(num_layers))
+
+    def forward(self, graph, feat):
+        h = self.lin_in(feat)
+        for i, conv in enumerate(self.layers):
+            x = h if self.k is not None else F.relu(h)  # the layer applies MaxK itself
+            h = conv(self.layer_graph(graph, i), x)
+        return self.lin_out(h)
+
+
+class _LinearActDropConv(MaxKGNN):
+    """GCN and GIN of the paper: relu(lin_in) -> L x [Linear -> act -> Dropout -> conv ->
+    LayerNorm] -> lin_out."""
+
+    def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
+                 nonlinearity="maxk"):
+        super().__init__(in_feats, hidden_feats, out_feats, num_layers, k, dropout,
+                         nonlinearity)
+        self.linears = nn.ModuleList(nn.Linear(hidden_feats, hidden_feats)
+                                     for _ in range(num_layers))
+        self.convs = nn.ModuleList(self.make_conv(hidden_feats) for _ in range(num_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden_feats) for _ in range(num_layers))
+
+    def forward(self, graph, feat):
+        h = F.relu(self.lin_in(feat))
+        for i in range(self.num_layers):
+            x = self.drop(self.activate(self.linears[i](h)))
+            h = self.norms[i](self.convs[i](self.layer_graph(graph, i), x))
+        return self.lin_out(h)
+
+
+class MaxKGCN(_LinearActDropConv):
+    """GCN of the paper; see :class:`MaxKGNN` for the parameters."""
+
+    @staticmethod
+    def make_conv(width):
+        return GraphConv(width, width, norm="both", weight=False, bias=True,
+                         allow_zero_in_degree=True)
+
+
+class MaxKGIN(_LinearActDropConv):
+    """GIN of the paper; see :class:`MaxKGNN` for the parameters."""
+
+    @staticmethod
+    def make_conv(width):
+        return GINConv(None, "sum", learn_eps=True)
+
+
+MODELS = {"sage": MaxKSAGE, "gcn": MaxKGCN, "gin": MaxKGIN}
+
+
+def build_model(name, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
+                nonlinearity="maxk"):
+    """One of the paper's models by name: 'sage', 'gcn' or 'gin'."""
+    if name not in MODELS:
+        raise ValueError(f"model must be one of {sorted(MODELS)}, got {name!r}")
+    return MODELS[name](in_feats, hidden_feats, out_feats, num_layers, k, dropout,
+                        nonlinearity)

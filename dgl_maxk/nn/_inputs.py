@@ -1,0 +1,122 @@
+"""Input handling shared by the dgl_maxk layers: feature pairs, blocks, MaxK, validation."""
+from __future__ import annotations
+
+import torch
+
+from .._dgl import DGLError
+from ..cbsr import CBSR
+from ..graph_plan import check_graph, graph_plan
+from ..ops import check_features, maxk
+
+
+class _InstalledK:
+    """Default of a layer's ``k``: the one given to :func:`dgl_maxk.install`, else None."""
+
+    def __repr__(self):
+        return "<k of dgl_maxk.install, else None>"
+
+
+INSTALLED_K = _InstalledK()
+#: Layer class name -> k, while :func:`dgl_maxk.install` is in effect.
+DEFAULT_K: dict = {}
+
+
+def resolve_k(layer: str, k, in_feats=None):
+    """A layer's k: the installed default when the caller gave none, then validated."""
+    if k is INSTALLED_K:
+        k = DEFAULT_K.get(layer)
+    return check_k(k, in_feats)
+
+
+def check_k(k, in_feats=None):
+    """Validate a layer's ``k`` at construction (None disables MaxK)."""
+    if k is None:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer or None, got {k!r}")
+    if in_feats is not None and k > in_feats:
+        raise ValueError(f"k = {k} exceeds the input width in_feats = {in_feats}")
+    return k
+
+
+def _rows(x):
+    return x.shape[0]
+
+
+def _slice_rows(x, n):
+    if isinstance(x, CBSR):
+        return CBSR(x.values[:n], x.indices[:n], x.d)
+    return x[:n]
+
+
+def _check_one(name, x, width):
+    if isinstance(x, CBSR):
+        check_features(name, x.values)
+        d = x.d
+    else:
+        check_features(name, x)
+        if x.dim() < 2:
+            raise ValueError(f"{name} must have shape (N, {width or 'D'}), got {tuple(x.shape)}")
+        d = x.shape[-1]
+    if width is not None and d != width:
+        raise ValueError(f"{name} has width {d} but the layer expects {width}")
+
+
+def split_features(graph, feat, k, dropout=None, widths=(None, None)):
+    """(source, destination, plan): DGL's ``expand_as_pair`` with MaxK and dropout applied.
+
+    A single tensor serves both sides (its first ``num_dst_nodes`` rows on a block), after one
+    MaxK and one dropout, as in DGL's layers; a pair is treated side by side. Dense tensors
+    become CBSR when ``k`` is set; CBSR inputs are used as they are. Raises a ValueError or
+    DGLError naming the problem for bad input.
+    """
+    check_graph(graph)
+
+    def prepare(name, x, width):
+        if not isinstance(x, (torch.Tensor, CBSR)):
+            raise ValueError(f"{name} must be a torch.Tensor or CBSR, got {type(x).__name__}")
+        _check_one(name, x, width)
+        if k is not None and not isinstance(x, CBSR):
+            x = maxk(x, k)
+        if dropout is not None:
+            x = x.with_values(dropout(x.values)) if isinstance(x, CBSR) else dropout(x)
+        return x
+
+    if isinstance(feat, tuple):
+        if len(feat) != 2:
+            raise ValueError(f"a feature pair must have 2 tensors, got {len(feat)}")
+        src = prepare("source features", feat[0], widths[0])
+        dst = prepare("destination features", feat[1], widths[1])
+    else:
+        src = prepare("features", feat, widths[0])
+        dst = _slice_rows(src, graph.num_dst_nodes()) if graph.is_block else src
+    if _rows(src) != graph.num_src_nodes():
+        raise ValueError(f"source features have {_rows(src)} rows but the graph has "
+                         f"{graph.num_src_nodes()} source nodes")
+    if _rows(dst) != graph.num_dst_nodes():
+        raise ValueError(f"destination features have {_rows(dst)} rows but the graph has "
+                         f"{graph.num_dst_nodes()} destination nodes")
+    device = src.device
+    if dst.device != device:
+        raise DGLError(f"source features on {device} but destination features on {dst.device}")
+    return src, dst, graph_plan(graph, device)
+
+
+def dense(x):
+    """A CBSR matrix as a dense tensor; dense tensors unchanged."""
+    return x.to_dense() if isinstance(x, CBSR) else x
+
+
+def check_zero_in_degree(plan):
+    """DGL's zero-in-degree error, verbatim, from the cached plan."""
+    if plan.has_zero_in_degree():
+        raise DGLError(
+            "There are 0-in-degree nodes in the graph, "
+            "output for those nodes will be invalid. "
+            "This is harmful for some applications, "
+            "causing silent performance regression. "
+            "Adding self-loop on the input graph by "
+            "calling `g = dgl.add_self_loop(g)` will resolve "
+            "the issue. Setting ``allow_zero_in_degree`` "
+            "to be `True` when constructing this module will "
+            "suppress the check and let the code run.")

@@ -1,0 +1,70 @@
+"""Install dgl_maxk's layers in place of DGL's, so existing code gets MaxK without edits.
+
+>>> import dgl, dgl_maxk
+>>> dgl_maxk.install(k=32)            # dgl.nn.SAGEConv(...) now builds dgl_maxk.nn.SAGEConv
+>>> conv = dgl.nn.SAGEConv(256, 256, "mean")
+>>> conv.k
+32
+>>> dgl_maxk.uninstall()              # DGL's own classes again
+>>> with dgl_maxk.installed(k=16):    # or for a block of code only
+...     model = build_my_model()
+
+While installed, ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv`` (and the same names in
+``dgl.nn.pytorch`` and ``dgl.nn.pytorch.conv``) are the dgl_maxk classes, and a layer built
+without an explicit ``k`` gets the installed one (``k=None`` keeps a layer dense). Code that
+bound DGL's class to a name before ``install`` (``from dgl.nn import SAGEConv`` at the top of a
+module imported earlier) keeps DGL's class: call ``install`` first.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+from . import nn
+from .nn import _inputs
+
+LAYERS = ("SAGEConv", "GraphConv", "GINConv")
+_NAMESPACES = ("dgl.nn", "dgl.nn.pytorch", "dgl.nn.pytorch.conv")
+_originals: dict = {}
+
+
+def install(k: int, layers=LAYERS):
+    """Make ``dgl.nn.<layer>`` build dgl_maxk layers with MaxK at ``k`` by default."""
+    _inputs.check_k(k)
+    unknown = set(layers) - set(LAYERS)
+    if unknown:
+        raise ValueError(f"dgl_maxk has no replacement for {sorted(unknown)}; it replaces "
+                         f"{LAYERS}")
+    for name in layers:
+        for namespace in _NAMESPACES:
+            module = importlib.import_module(namespace)
+            _originals.setdefault((namespace, name), getattr(module, name))
+            setattr(module, name, getattr(nn, name))
+        _inputs.DEFAULT_K[name] = k
+
+
+def uninstall():
+    """Put DGL's own layer classes back (a no-op when nothing is installed)."""
+    for (namespace, name), cls in _originals.items():
+        setattr(importlib.import_module(namespace), name, cls)
+    _originals.clear()
+    _inputs.DEFAULT_K.clear()
+
+
+def is_installed() -> bool:
+    """Whether some DGL layer is currently replaced."""
+    return bool(_originals)
+
+
+@contextlib.contextmanager
+def installed(k: int, layers=LAYERS):
+    """:func:`install` for the duration of a ``with`` block; restores what was there before,
+    exceptions included."""
+    outer = dict(_inputs.DEFAULT_K)
+    install(k, layers)
+    try:
+        yield
+    finally:
+        uninstall()
+        for name, outer_k in outer.items():
+            install(outer_k, [name])

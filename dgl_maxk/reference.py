@@ -1,0 +1,93 @@
+"""Pure-torch implementations of the CBSR kernels.
+
+They run on any device and are the reference the CUDA kernels (``kernels/<name>.cu``,
+launched by the function of the same name in :mod:`dgl_maxk.cuda`) are tested against.
+Written for exactness first: no loops over nodes or edges, no dense N x N matrices; per-edge
+intermediates are processed in chunks of bounded size.
+
+Shapes: the plan's A is num_dst x num_src in CSR over destination rows with values
+``edge_values`` (one per CSR entry); a CBSR matrix is ``values`` (N x k) with ``indices``
+(N x k, columns in [0, d)).
+"""
+from __future__ import annotations
+
+import torch
+
+from .cbsr import index_dtype
+
+# Per-edge intermediates are at most this many elements at a time.
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def maxk_cbsr(h: torch.Tensor, k: int):
+    """The k largest entries of each row of ``h`` as CBSR (values, indices).
+
+    Ties are broken towards the lower column; each row's indices are ascending.
+    """
+    top = torch.sort(h, dim=1, descending=True, stable=True).indices[:, :k]
+    indices = top.sort(dim=1).values
+    return h.gather(1, indices), indices.to(index_dtype(h.shape[1]))
+
+
+def _sparse_adjacency(indptr, indices, values, shape):
+    return torch.sparse_csr_tensor(indptr, indices, values, shape)
+
+
+def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
+    """Y = A . X (num_dst x d, dense) for X = CBSR(x_values, x_indices) of width d."""
+    dtype = torch.promote_types(x_values.dtype, edge_values.dtype)
+    x_dense = x_values.new_zeros((plan.num_src, d), dtype=dtype)
+    x_dense.scatter_(1, x_indices.long(), x_values.to(dtype))
+    return spmm(plan, edge_values.to(dtype), x_dense)
+
+
+def spmm(plan, edge_values, x):
+    """Y = A . X for dense X (num_src x d): what cuSPARSE computes for DGL on GPUs."""
+    if plan.num_edges == 0:
+        return x.new_zeros((plan.num_dst, x.shape[1]))
+    adj = _sparse_adjacency(plan.indptr, plan.indices, edge_values.to(x.dtype),
+                            (plan.num_dst, plan.num_src))
+    return torch.sparse.mm(adj, x)
+
+
+def spmm_transposed(plan, edge_values, grad_y):
+    """A^T . dY (num_src x d)."""
+    if plan.num_edges == 0:
+        return grad_y.new_zeros((plan.num_src, grad_y.shape[1]))
+    t_indptr, t_indices, perm = plan.transpose()
+    adj_t = _sparse_adjacency(t_indptr, t_indices, edge_values[perm].to(grad_y.dtype),
+                              (plan.num_src, plan.num_dst))
+    return torch.sparse.mm(adj_t, grad_y)
+
+
+def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
+    """dX_cbsr[c, j] = sum_r A[r, c] * dY[r, x_indices[c, j]]: (A^T dY) sampled at X's pattern."""
+    return spmm_transposed(plan, edge_values, grad_y).gather(1, x_indices.long())
+
+
+def cbsr_sddmm(plan, grad_y, x_values, x_indices):
+    """dA[e] = sum_j dY[r_e, x_indices[c_e, j]] * x_values[c_e, j] for each CSR entry e = (r_e, c_e).
+
+    The gradient of ``cbsr_spgemm`` with respect to ``edge_values``.
+    """
+    k, d = x_values.shape[1], grad_y.shape[1]
+    flat = grad_y.reshape(-1)
+    out = grad_y.new_empty(plan.num_edges)
+    step = max(1, _CHUNK_ELEMENTS // k)
+    for start in range(0, plan.num_edges, step):
+        rows = plan.dst_of_edge[start:start + step]
+        cols = plan.indices[start:start + step]
+        picked = flat[rows[:, None] * d + x_indices[cols].long()]
+        out[start:start + step] = (picked * x_values[cols].to(grad_y.dtype)).sum(1)
+    return out
+
+
+def sddmm(plan, grad_y, x):
+    """dA[e] = dY[r_e] . X[c_e]: the gradient of ``spmm`` with respect to ``edge_values``."""
+    out = grad_y.new_empty(plan.num_edges)
+    step = max(1, _CHUNK_ELEMENTS // max(1, x.shape[1]))
+    for start in range(0, plan.num_edges, step):
+        rows = plan.dst_of_edge[start:start + step]
+        cols = plan.indices[start:start + step]
+        out[start:start + step] = (grad_y[rows] * x[cols].to(grad_y.dtype)).sum(1)
+    return out

@@ -84,7 +84,7 @@ def maxk(h: torch.Tensor, k: int) -> CBSR:
         raise ValueError(f"k must be an integer in [1, d = {d}], got {k!r}")
     index_dtype(d)  # rejects widths CBSR cannot index
     values, indices = _MaxK.apply(h, k)
-    return CBSR(values, indices, d)
+    return CBSR(values, indices, d, True)  # maxk's pattern is valid by construction
 
 
 class _CBSRSpGEMM(torch.autograd.Function):
@@ -101,6 +101,7 @@ class _CBSRSpGEMM(torch.autograd.Function):
         grad_edges = grad_x = None
         if ctx.needs_input_grad[1]:
             grad_edges = backend.cbsr_sddmm(ctx.plan, grad_y, x_values, x_indices)
+            grad_edges = grad_edges.to(edge_values.dtype)
         if ctx.needs_input_grad[2]:
             grad_x = backend.cbsr_sspmm(ctx.plan, edge_values, grad_y, x_indices)
             grad_x = grad_x.to(x_values.dtype)
@@ -119,9 +120,9 @@ class _SpMM(torch.autograd.Function):
         edge_values, x = ctx.saved_tensors
         grad_edges = grad_x = None
         if ctx.needs_input_grad[1]:
-            grad_edges = reference.sddmm(ctx.plan, grad_y, x)
+            grad_edges = reference.sddmm(ctx.plan, grad_y, x).to(edge_values.dtype)
         if ctx.needs_input_grad[2]:
-            grad_x = reference.spmm_transposed(ctx.plan, edge_values, grad_y)
+            grad_x = reference.spmm_transposed(ctx.plan, edge_values, grad_y).to(x.dtype)
         return None, grad_edges, grad_x
 
 
@@ -177,7 +178,7 @@ def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none") -> torch.
     check_features("features", x)
     plan, edge_values = _plan_and_edges(graph, x, x.shape[0], norm, edge_weight)
     flat = x.reshape(x.shape[0], -1)
-    out = _SpMM.apply(plan, edge_values.to(x.dtype), flat)
+    out = _SpMM.apply(plan, edge_values, flat)
     return out.reshape((plan.num_dst,) + tuple(x.shape[1:]))
 
 

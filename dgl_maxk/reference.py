@@ -11,6 +11,8 @@ Shapes: the plan's A is num_dst x num_src in CSR over destination rows with valu
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .cbsr import index_dtype
@@ -30,7 +32,12 @@ def maxk_cbsr(h: torch.Tensor, k: int):
 
 
 def _sparse_adjacency(indptr, indices, values, shape):
-    return torch.sparse_csr_tensor(indptr, indices, values, shape)
+    # The plan's CSR is valid by construction: skip torch's invariant checks (and their
+    # warning about skipping them) and its beta-state notice.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(indptr, indices, values, shape,
+                                       check_invariants=False)
 
 
 def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
@@ -38,26 +45,34 @@ def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
     dtype = torch.promote_types(x_values.dtype, edge_values.dtype)
     x_dense = x_values.new_zeros((plan.num_src, d), dtype=dtype)
     x_dense.scatter_(1, x_indices.long(), x_values.to(dtype))
-    return spmm(plan, edge_values.to(dtype), x_dense)
+    return spmm(plan, edge_values, x_dense)
 
 
 def spmm(plan, edge_values, x):
-    """Y = A . X for dense X (num_src x d): what cuSPARSE computes for DGL on GPUs."""
+    """Y = A . X for dense X (num_src x d): what cuSPARSE computes for DGL on GPUs.
+
+    Computed in the wider of the two dtypes (fp32 for half-precision features), outside
+    autocast, which would otherwise hand torch.sparse.mm half-precision operands.
+    """
+    dtype = torch.promote_types(x.dtype, edge_values.dtype)
     if plan.num_edges == 0:
-        return x.new_zeros((plan.num_dst, x.shape[1]))
-    adj = _sparse_adjacency(plan.indptr, plan.indices, edge_values.to(x.dtype),
+        return x.new_zeros((plan.num_dst, x.shape[1]), dtype=dtype)
+    adj = _sparse_adjacency(plan.indptr, plan.indices, edge_values.to(dtype),
                             (plan.num_dst, plan.num_src))
-    return torch.sparse.mm(adj, x)
+    with torch.autocast(x.device.type, enabled=False):
+        return torch.sparse.mm(adj, x.to(dtype))
 
 
 def spmm_transposed(plan, edge_values, grad_y):
-    """A^T . dY (num_src x d)."""
+    """A^T . dY (num_src x d), in the wider of the two dtypes."""
+    dtype = torch.promote_types(grad_y.dtype, edge_values.dtype)
     if plan.num_edges == 0:
-        return grad_y.new_zeros((plan.num_src, grad_y.shape[1]))
+        return grad_y.new_zeros((plan.num_src, grad_y.shape[1]), dtype=dtype)
     t_indptr, t_indices, perm = plan.transpose()
-    adj_t = _sparse_adjacency(t_indptr, t_indices, edge_values[perm].to(grad_y.dtype),
+    adj_t = _sparse_adjacency(t_indptr, t_indices, edge_values[perm].to(dtype),
                               (plan.num_src, plan.num_dst))
-    return torch.sparse.mm(adj_t, grad_y)
+    with torch.autocast(grad_y.device.type, enabled=False):
+        return torch.sparse.mm(adj_t, grad_y.to(dtype))
 
 
 def cbsr_sspmm(plan, edge_values, grad_y, x_indices):

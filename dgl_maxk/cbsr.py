@@ -7,7 +7,7 @@ A matrix whose every row holds exactly ``k`` non-zeros needs no row pointer: it 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -47,6 +47,9 @@ class CBSR:
     values: torch.Tensor
     indices: torch.Tensor
     d: int
+    #: Internal: the pattern is known valid (made by maxk, or shared with a checked CBSR), so
+    #: the column scan below (a device synchronisation) is skipped.
+    _pattern_checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
         v, i = self.values, self.indices
@@ -63,6 +66,30 @@ class CBSR:
             raise ValueError(f"CBSR k must be in [1, d = {self.d}], got {v.shape[1]}")
         if v.device != i.device:
             raise ValueError(f"CBSR values on {v.device} but indices on {i.device}")
+        if not self._pattern_checked:
+            self._check_pattern()
+
+    def _check_pattern(self):
+        """Columns in [0, d) and distinct within each row (out-of-range columns would make
+        the kernels read and write out of bounds; repeated ones would be summed by some
+        backends and overwritten by others). Skipped when operator checks are off."""
+        from . import ops
+        i = self.indices
+        if not ops.CHECK_INPUTS or i.numel() == 0 or i.device.type == "meta":
+            return
+        cols = i.long()
+        bad = (cols < 0) | (cols >= self.d)
+        if bad.any():
+            r, j = bad.nonzero()[0].tolist()
+            raise ValueError(f"CBSR column {int(cols[r, j])} at index ({r}, {j}) is outside "
+                             f"[0, d = {self.d})")
+        if i.shape[1] > 1:
+            ordered = cols.sort(dim=1).values
+            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
+            if repeated.any():
+                r = int(repeated.nonzero()[0])
+                raise ValueError(f"CBSR row {r} repeats a column: the k columns of a row "
+                                 "must be distinct")
 
     @property
     def k(self) -> int:
@@ -97,9 +124,9 @@ class CBSR:
 
     def with_values(self, values: torch.Tensor) -> "CBSR":
         """The same sparsity pattern with other values (dropout, casts)."""
-        return CBSR(values, self.indices, self.d)
+        return CBSR(values, self.indices, self.d, self._pattern_checked)
 
     def to(self, *args, **kwargs) -> "CBSR":
         """Move or cast like ``Tensor.to``; a dtype applies to the values only."""
         values = self.values.to(*args, **kwargs)
-        return CBSR(values, self.indices.to(values.device), self.d)
+        return CBSR(values, self.indices.to(values.device), self.d, self._pattern_checked)

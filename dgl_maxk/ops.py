@@ -7,6 +7,7 @@ variable ``DGL_MAXK_BACKEND=torch`` forces the pure-torch path everywhere.
 """
 from __future__ import annotations
 
+import numbers
 import os
 
 import torch
@@ -80,8 +81,9 @@ def maxk(h: torch.Tensor, k: int) -> CBSR:
     if h.dim() != 2:
         raise ValueError(f"maxk input must be N x d, got shape {tuple(h.shape)}")
     d = h.shape[1]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= d:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= d:
         raise ValueError(f"k must be an integer in [1, d = {d}], got {k!r}")
+    k = int(k)
     index_dtype(d)  # rejects widths CBSR cannot index
     values, indices = _MaxK.apply(h, k)
     return CBSR(values, indices, d, True)  # maxk's pattern is valid by construction
@@ -126,20 +128,29 @@ class _SpMM(torch.autograd.Function):
         return None, grad_edges, grad_x
 
 
+def check_edge_weight(edge_weight, num_edges: int, device):
+    """Raise a DGLError or ValueError naming the problem unless ``edge_weight`` is None or
+    one float per edge, shaped (E,) or (E, 1), on the CPU or on the features' ``device``."""
+    if edge_weight is None:
+        return
+    if not isinstance(edge_weight, torch.Tensor):
+        raise ValueError(f"edge_weight must be a torch.Tensor, got {type(edge_weight).__name__}")
+    if edge_weight.device != torch.device(device) and edge_weight.device.type != "cpu":
+        raise DGLError(f"edge_weight is on {edge_weight.device} but the features are on "
+                       f"{device}")
+    check_features("edge_weight", edge_weight)
+    if edge_weight.numel() != num_edges or edge_weight.dim() > 2 or (
+            edge_weight.dim() == 2 and edge_weight.shape[1] != 1):
+        raise DGLError(f"edge_weight must have one value per edge ({num_edges}), "
+                       f"got shape {tuple(edge_weight.shape)}")
+
+
 def _plan_and_edges(graph, x, num_src, norm, edge_weight):
     plan = graph if isinstance(graph, GraphPlan) else graph_plan(graph, x.device)
     if num_src != plan.num_src:
         raise ValueError(f"features have {num_src} rows but the graph has {plan.num_src} "
                          "source nodes")
-    if edge_weight is not None:
-        check_features("edge_weight", edge_weight)
-        if edge_weight.numel() != plan.num_edges or edge_weight.dim() > 2 or (
-                edge_weight.dim() == 2 and edge_weight.shape[1] != 1):
-            raise DGLError(f"edge_weight must have one value per edge ({plan.num_edges}), "
-                           f"got shape {tuple(edge_weight.shape)}")
-        if edge_weight.device != x.device and edge_weight.device.type != "cpu":
-            raise DGLError(f"edge_weight is on {edge_weight.device} but the features are on "
-                           f"{x.device}")
+    check_edge_weight(edge_weight, plan.num_edges, x.device)
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
     return plan, plan.edge_values(norm, edge_weight, dtype)
 

@@ -11,7 +11,8 @@
 
 While installed, ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv`` (and the same names in
 ``dgl.nn.pytorch`` and ``dgl.nn.pytorch.conv``) are the dgl_maxk classes, and a layer built
-without an explicit ``k`` gets the installed one (``k=None`` keeps a layer dense). Code that
+without an explicit ``k`` gets the installed one (``k=None`` keeps a layer dense; so does a
+layer whose input is at most k wide, where MaxK would keep every entry). Code that
 bound DGL's class to a name before ``install`` (``from dgl.nn import SAGEConv`` at the top of a
 module imported earlier) keeps DGL's class: call ``install`` first.
 """

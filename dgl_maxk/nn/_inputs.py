@@ -1,12 +1,14 @@
 """Input handling shared by the dgl_maxk layers: feature pairs, blocks, MaxK, validation."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .._dgl import DGLError
 from ..cbsr import CBSR
 from ..graph_plan import check_graph, graph_plan
-from ..ops import check_features, maxk
+from ..ops import check_edge_weight, check_features, maxk
 
 
 class _InstalledK:
@@ -25,6 +27,8 @@ def resolve_k(layer: str, k, in_feats=None):
     """A layer's k: the installed default when the caller gave none, then validated."""
     if k is INSTALLED_K:
         k = DEFAULT_K.get(layer)
+        if k is not None and in_feats is not None and k >= in_feats:
+            return None  # MaxK keeping every entry is the identity: stay dense
     return check_k(k, in_feats)
 
 
@@ -32,8 +36,9 @@ def check_k(k, in_feats=None):
     """Validate a layer's ``k`` at construction (None disables MaxK)."""
     if k is None:
         return None
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k must be a positive integer or None, got {k!r}")
+    k = int(k)
     if in_feats is not None and k > in_feats:
         raise ValueError(f"k = {k} exceeds the input width in_feats = {in_feats}")
     return k
@@ -45,7 +50,7 @@ def _rows(x):
 
 def _slice_rows(x, n):
     if isinstance(x, CBSR):
-        return CBSR(x.values[:n], x.indices[:n], x.d)
+        return CBSR(x.values[:n], x.indices[:n], x.d, x._pattern_checked)
     return x[:n]
 
 
@@ -86,6 +91,9 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
         if len(feat) != 2:
             raise ValueError(f"a feature pair must have 2 tensors, got {len(feat)}")
         src = prepare("source features", feat[0], widths[0])
+        if isinstance(feat[1], (torch.Tensor, CBSR)) and feat[1].device != src.device:
+            raise DGLError(f"source features on {src.device} but destination features on "
+                           f"{feat[1].device}")
         dst = prepare("destination features", feat[1], widths[1])
     else:
         src = prepare("features", feat, widths[0])
@@ -100,6 +108,14 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
     if dst.device != device:
         raise DGLError(f"source features on {device} but destination features on {dst.device}")
     return src, dst, graph_plan(graph, device)
+
+
+def check_dgl_path(graph, feat, edge_weight, widths=(None, None)):
+    """Validate the inputs of an aggregator that runs DGL's own code ('pool', 'lstm', GIN's
+    'max') with the errors of the MaxK paths; returns ``feat`` with CBSR matrices dense."""
+    src, dst, plan = split_features(graph, feat, None, widths=widths)
+    check_edge_weight(edge_weight, plan.num_edges, src.device)
+    return (dense(src), dense(dst)) if isinstance(feat, tuple) else dense(src)
 
 
 def dense(x):

@@ -1,9 +1,11 @@
 """Graph isomorphism network layer with MaxK aggregation."""
 from __future__ import annotations
 
+import torch
+
 from .._dgl import dgl
 from ..ops import aggregate
-from ._inputs import INSTALLED_K, dense, resolve_k, split_features
+from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
 
 
 class GINConv(dgl.nn.GINConv):
@@ -51,6 +53,15 @@ class GINConv(dgl.nn.GINConv):
                                  "k=None")
             k = None  # an installed default k leaves this aggregator dense
         self.k = resolve_k("GINConv", k)
+        self._init_eps = float(init_eps)
+
+    def reset_parameters(self):
+        """Reinitialise ``apply_func`` (when it has ``reset_parameters``) and set eps back to
+        ``init_eps``. (DGL 2.1's GINConv has no such method; the other layers do.)"""
+        if self.apply_func is not None and hasattr(self.apply_func, "reset_parameters"):
+            self.apply_func.reset_parameters()
+        with torch.no_grad():
+            self.eps.fill_(self._init_eps)
 
     def extra_repr(self):
         return f"k={self.k}" if self.k is not None else ""
@@ -59,6 +70,7 @@ class GINConv(dgl.nn.GINConv):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
         matrix, or a (source, destination) pair of them. Returns (N_dst, D_out)."""
         if self._aggregator_type == "max":
+            feat = check_dgl_path(graph, feat, edge_weight)
             return super().forward(graph, feat, edge_weight)
         src, dst, plan = split_features(graph, feat, self.k)
         norm = "right" if self._aggregator_type == "mean" else "none"

@@ -5,7 +5,7 @@ import torch
 
 from .._dgl import dgl
 from ..ops import aggregate
-from ._inputs import INSTALLED_K, dense, resolve_k, split_features
+from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
 
 
 class SAGEConv(dgl.nn.SAGEConv):
@@ -69,6 +69,8 @@ class SAGEConv(dgl.nn.SAGEConv):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
         matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats)."""
         if self._aggre_type in ("pool", "lstm"):
+            feat = check_dgl_path(graph, feat, edge_weight,
+                                  (self._in_src_feats, self._in_dst_feats))
             return super().forward(graph, feat, edge_weight)
         src, dst, plan = split_features(graph, feat, self.k, self.feat_drop,
                                         (self._in_src_feats, self._in_dst_feats))

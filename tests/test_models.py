@@ -1,0 +1,129 @@
+"""The paper's models: they train with MaxK on the CPU, ReLU variants run, blocks work."""
+import pytest
+import torch
+from torch.nn import functional as F
+
+from dgl_maxk import CBSR
+from dgl_maxk._dgl import dgl
+from dgl_maxk.models import MODELS, MaxKGCN, MaxKGIN, MaxKSAGE, build_model
+from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
+
+
+def planted_partition(n=90, classes=3, p_in=0.15, p_out=0.02, in_feats=8):
+    """A small planted-partition graph (self-loops added) with weakly informative features."""
+    labels = torch.arange(n) % classes
+    same = labels[:, None] == labels[None, :]
+    prob = torch.where(same, torch.tensor(p_in), torch.tensor(p_out))
+    src, dst = (torch.rand(n, n) < prob).nonzero(as_tuple=True)
+    g = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=n))
+    feat = torch.randn(n, in_feats)
+    feat[:, :classes] += 1.0 * F.one_hot(labels, classes)
+    return g, feat, labels
+
+
+def train(model, g, feat, labels, epochs=40, lr=0.01):
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        loss = F.cross_entropy(model(g, feat), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def conv_inputs(model):
+    """Record what each aggregation layer of ``model`` receives."""
+    seen = []
+    for module in model.modules():
+        if isinstance(module, (SAGEConv, GraphConv, GINConv)):
+            module.register_forward_pre_hook(lambda m, args: seen.append((m, args[1])))
+    return seen
+
+
+@pytest.mark.parametrize("name", ("sage", "gcn", "gin"))
+@pytest.mark.parametrize("nonlinearity", ("maxk", "relu"))
+def test_model_trains(name, nonlinearity):
+    g, feat, labels = planted_partition()
+    k = 8
+    model = build_model(name, 8, 32, 3, num_layers=2, k=k, dropout=0.1,
+                        nonlinearity=nonlinearity)
+    assert isinstance(model, MODELS[name])
+    seen = conv_inputs(model)
+    losses = train(model, g, feat, labels)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < 0.5 * losses[0], losses
+    # MaxK is really in the model: every aggregation layer gets k-sparse rows
+    assert len(seen) == 2 * 40
+    for conv, x in seen:
+        if nonlinearity == "relu":
+            assert isinstance(x, torch.Tensor) and conv.k is None
+            assert (x >= 0).all()
+        elif name == "sage":
+            assert conv.k == k  # SAGEConv applies MaxK itself
+        else:
+            assert isinstance(x, CBSR) and x.k == k and x.d == 32
+
+
+@pytest.mark.parametrize("name", ("sage", "gin"))
+@pytest.mark.parametrize("nonlinearity", ("maxk", "relu"))
+def test_model_on_blocks_matches_full_graph(name, nonlinearity, h):
+    """Mini-batch (one block per layer) gives the full-graph output at the seeds."""
+    g, feat, _ = planted_partition(60)
+    model = build_model(name, 8, 16, 3, num_layers=2, k=4, nonlinearity=nonlinearity).double()
+    model.eval()
+    feat = feat.double()
+    seeds = h.random_seeds(60, 10)
+    top, top_src, _, _ = h.block_of(g, seeds)
+    bottom, bottom_src, _, _ = h.block_of(g, top_src)
+    out = model([bottom, top], feat[bottom_src])
+    torch.testing.assert_close(out, model(g, feat)[seeds], rtol=0, atol=1e-10)
+
+
+def test_gcn_on_blocks_runs(h):
+    g, feat, labels = planted_partition(60)
+    model = MaxKGCN(8, 16, 3, num_layers=2, k=4)
+    top, top_src, _, _ = h.block_of(g, h.random_seeds(60, 10))
+    bottom, bottom_src, _, _ = h.block_of(g, top_src)
+    out = model([bottom, top], feat[bottom_src])
+    assert out.shape == (10, 3)
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_model_structure():
+    sage = MaxKSAGE(8, 16, 3, num_layers=3, k=4, dropout=0.2)
+    assert len(sage.layers) == 3
+    for conv in sage.layers:
+        assert isinstance(conv, SAGEConv) and conv._aggre_type == "mean" and conv.k == 4
+        assert isinstance(conv.norm, torch.nn.LayerNorm)
+        assert conv.feat_drop.p == 0.2
+    gcn = MaxKGCN(8, 16, 3, num_layers=2, k=4)
+    for conv in gcn.convs:
+        assert isinstance(conv, GraphConv) and conv._norm == "both" and conv.weight is None
+    gin = MaxKGIN(8, 16, 3, num_layers=2, k=4)
+    for conv in gin.convs:
+        assert isinstance(conv, GINConv) and conv._aggregator_type == "sum"
+        assert isinstance(conv.eps, torch.nn.Parameter)
+    assert MaxKSAGE(8, 16, 3, 1, nonlinearity="relu").layers[0].k is None
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(nonlinearity="gelu"), "nonlinearity"),
+    (dict(num_layers=0), "num_layers"),
+    (dict(k=0), "k"),
+    (dict(k=17), "k"),
+])
+def test_model_bad_arguments(kwargs, match):
+    args = dict(in_feats=8, hidden_feats=16, out_feats=3, num_layers=2, k=4)
+    args.update(kwargs)
+    for cls in (MaxKSAGE, MaxKGCN, MaxKGIN):
+        with pytest.raises(ValueError, match=match):
+            cls(**args)
+
+
+def test_build_model_unknown_name():
+    with pytest.raises(ValueError, match="model"):
+        build_model("gat", 8, 16, 3, 2)

@@ -1,0 +1,294 @@
+"""Operators: maxk, cbsr_spgemm, spmm, aggregate, and the graph plan behind them."""
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import dgl_maxk
+from dgl_maxk import CBSR, cbsr_spgemm, graph_plan, maxk, spmm
+
+NORMS = ("none", "left", "right", "both")
+F64 = dict(rtol=0, atol=1e-10)
+# gradcheck compares an analytic Jacobian with central differences (eps 1e-6); these
+# operators are (bi)linear, so the differences are exact up to rounding.
+GRADCHECK = dict(eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+def close64(actual, expected, what=""):
+    assert actual.dtype == torch.float64, what
+    assert actual.shape == expected.shape, what
+    torch.testing.assert_close(actual, expected, **F64, msg=lambda m: f"{what}\n{m}")
+
+
+# --------------------------------------------------------------------------- maxk
+
+@pytest.mark.parametrize("n, d, k", [(7, 1, 1), (9, 5, 1), (9, 5, 3), (9, 5, 5), (12, 64, 8),
+                                     (6, 256, 32), (5, 257, 16), (4, 384, 384),
+                                     (3, 1024, 100)])
+def test_maxk_equals_topk_mask(n, d, k, h):
+    x = torch.randn(n, d, dtype=torch.float64)  # continuous: no ties
+    c = maxk(x, k)
+    assert isinstance(c, CBSR)
+    assert c.k == k and c.d == d and c.indices.dtype == h.expected_index_dtype(d)
+    assert torch.equal(c.to_dense(), h.topk_mask_dense(x, k))
+    cols = c.long_indices()
+    assert (cols[:, 1:] > cols[:, :-1]).all(), "columns must be ascending and distinct"
+    assert torch.equal(c.values, x.gather(1, cols)), "values are the inputs, sign kept"
+
+
+@pytest.mark.parametrize("k", (1, 2, 3, 5, 8))
+def test_maxk_ties_go_to_the_lower_column(k):
+    # Few distinct values: many ties, including ties across the k-th place.
+    n, d = 40, 8
+    x = torch.randint(-2, 3, (n, d)).to(torch.float32)
+    x[0] = 1.0  # a row that is one big tie
+    c = maxk(x, k)
+    for r in range(n):
+        row = x[r].tolist()
+        expected = sorted(sorted(range(d), key=lambda j: (-row[j], j))[:k])
+        assert c.long_indices()[r].tolist() == expected, (r, row)
+        assert c.values[r].tolist() == [row[j] for j in expected]
+    assert c.long_indices()[0].tolist() == list(range(k))
+
+
+def test_maxk_exactly_k_per_row_and_negatives_kept(h):
+    n, d, k = 30, 16, 6
+    x = -torch.rand(n, d, dtype=torch.float64) - 0.1  # all negative
+    positives = torch.randint(0, k, (n,))  # fewer than k positives in every row
+    for r in range(n):
+        cols = torch.randperm(d)[:int(positives[r])]
+        x[r, cols] = torch.rand(len(cols), dtype=torch.float64) + 0.1
+    c = maxk(x, k)
+    assert c.values.shape == (n, k) and c.indices.shape == (n, k)
+    for r in range(n):
+        p = int(positives[r])
+        vals = c.values[r]
+        assert int((vals > 0).sum()) == p
+        assert int((vals < 0).sum()) == k - p, "negatives fill the row up to k"
+        # the kept negatives are the largest (closest to zero) ones of the row
+        kept_neg = sorted(v for v in vals.tolist() if v < 0)
+        all_neg = sorted(v for v in x[r].tolist() if v < 0)
+        assert kept_neg == all_neg[len(all_neg) - (k - p):]
+    assert torch.equal(c.to_dense(), h.topk_mask_dense(x, k))
+
+
+def test_maxk_dtypes_and_zero_rows():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = torch.randn(5, 10).to(dtype)
+        c = maxk(x, 3)
+        assert c.dtype == dtype
+        assert torch.equal(c.to_dense(), x * (c.to_dense() != 0))
+    assert maxk(torch.zeros(0, 10), 3).values.shape == (0, 3)
+    z = maxk(torch.zeros(4, 6), 2)
+    assert torch.equal(z.long_indices(), torch.tensor([[0, 1]] * 4))
+
+
+def test_maxk_gradient_only_at_kept_positions(h):
+    x = h.distinct_values(6, 9).requires_grad_()
+    c = maxk(x, 4)
+    upstream = torch.randn(6, 4, dtype=torch.float64)
+    (c.values * upstream).sum().backward()
+    expected = torch.zeros(6, 9, dtype=torch.float64).scatter_(1, c.long_indices(), upstream)
+    assert torch.equal(x.grad, expected)
+
+
+@pytest.mark.parametrize("d, k", [(1, 1), (5, 1), (5, 2), (5, 5), (12, 4), (300, 7)])
+def test_maxk_gradcheck(d, k, h):
+    # Values at least 0.01 apart: the eps-perturbations never change the selection.
+    x = h.distinct_values(2 if d > 100 else 4, d).requires_grad_()
+    assert gradcheck(lambda t: maxk(t, k).values, (x,), **GRADCHECK)
+    assert gradcheck(lambda t: maxk(t, k).to_dense(), (x,), **GRADCHECK)
+
+
+# --------------------------------------------------------------------------- cbsr_spgemm
+
+@pytest.mark.parametrize("weight_shape", (None, "flat", "column"))
+@pytest.mark.parametrize("norm", NORMS)
+def test_cbsr_spgemm_equals_dense_reference(graph_case, norm, weight_shape, h):
+    kind, g = graph_case
+    w = None if weight_shape is None else h.positive_edge_weight(g, weight_shape)
+    a = h.dense_adjacency(g, norm, w)
+    for d, k in ((6, 2), (12, 12), (300, 5)):
+        x, _ = h.random_cbsr(g.num_src_nodes(), d, k)
+        y = cbsr_spgemm(g, x, edge_weight=w, norm=norm)
+        close64(y, a @ x.to_dense(), f"{kind} norm={norm} d={d} k={k}")
+        assert y.shape == (g.num_dst_nodes(), d)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_cbsr_spgemm_float32(norm, h):
+    g = h.make_graph("multi_edges", 60)
+    w = h.positive_edge_weight(g, dtype=torch.float32)
+    x, _ = h.random_cbsr(60, 40, 8, dtype=torch.float32)
+    y = cbsr_spgemm(g, x, edge_weight=w, norm=norm)
+    assert y.dtype == torch.float32
+    expected = h.dense_adjacency(g, norm, w.double()) @ x.to_dense().double()
+    torch.testing.assert_close(y.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("kind", ("random", "empty_rows", "multi_edges", "directed",
+                                  "block", "block_zero_in", "bipartite"))
+def test_cbsr_spgemm_gradcheck(kind, norm, h):
+    g = h.make_graph(kind, 12)
+    x, _ = h.random_cbsr(g.num_src_nodes(), 7, 3, requires_grad=True)
+    w = h.positive_edge_weight(g).requires_grad_()
+
+    def f(values, weight):
+        return cbsr_spgemm(g, CBSR(values, x.indices, x.d), edge_weight=weight, norm=norm)
+
+    assert gradcheck(f, (x.values, w), **GRADCHECK)
+    # without edge weights (the cached unweighted plan values)
+    assert gradcheck(lambda v: f(v, None), (x.values,), **GRADCHECK)
+
+
+def test_cbsr_spgemm_gradients_match_dense_autograd(h):
+    """dX_cbsr = (A^T dY) sampled at X's pattern, and dw from the dense formula."""
+    g = h.make_graph("multi_edges", 30)
+    x, pattern = h.random_cbsr(30, 20, 4, requires_grad=True)
+    w = h.positive_edge_weight(g, "column").requires_grad_()
+    y = cbsr_spgemm(g, x, edge_weight=w, norm="both")
+    dy = torch.randn_like(y)
+    gv, gw = torch.autograd.grad(y, (x.values, w), dy)
+    a = h.dense_adjacency(g, "both", w.detach())
+    close64(gv, (a.T @ dy).gather(1, pattern), "values gradient")
+    # y = sum_e w_e s_e x_{src_e} placed at dst_e -> dy/dw_e = s_e <dy[dst_e], x[src_e]>
+    src, dst = g.edges()
+    ones = torch.ones(g.num_edges(), dtype=torch.float64)
+    scale = torch.zeros(g.num_edges(), dtype=torch.float64)
+    for e in range(g.num_edges()):
+        # the normalisation of edge e alone: A of a graph of weight one on e only
+        we = torch.zeros_like(ones)
+        we[e] = 1
+        scale[e] = h.dense_adjacency(g, "both", we)[dst[e], src[e]]
+    expected_gw = scale * (dy[dst] * x.to_dense().detach()[src]).sum(1)
+    assert gw.shape == w.shape
+    close64(gw.reshape(-1), expected_gw, "edge weight gradient")
+
+
+def test_cbsr_spgemm_no_edges_and_no_rows(h):
+    g = h.make_graph("no_edges", 10)
+    x, _ = h.random_cbsr(10, 8, 3, requires_grad=True)
+    y = cbsr_spgemm(g, x, norm="both")
+    assert torch.equal(y, torch.zeros(10, 8, dtype=torch.float64))
+    y.sum().backward()
+    assert torch.equal(x.values.grad, torch.zeros(10, 3, dtype=torch.float64))
+
+
+def test_cbsr_spgemm_accepts_a_graph_plan(h):
+    g = h.make_graph("block")
+    x, _ = h.random_cbsr(g.num_src_nodes(), 10, 2)
+    plan = graph_plan(g, "cpu")
+    close64(cbsr_spgemm(plan, x, norm="right"), cbsr_spgemm(g, x, norm="right"))
+
+
+# --------------------------------------------------------------------------- spmm, aggregate
+
+@pytest.mark.parametrize("weight_shape", (None, "flat", "column"))
+@pytest.mark.parametrize("norm", NORMS)
+def test_spmm_equals_dense_reference(graph_case, norm, weight_shape, h):
+    kind, g = graph_case
+    w = None if weight_shape is None else h.positive_edge_weight(g, weight_shape)
+    x = torch.randn(g.num_src_nodes(), 5, dtype=torch.float64)
+    close64(spmm(g, x, edge_weight=w, norm=norm), h.dense_adjacency(g, norm, w) @ x,
+            f"{kind} norm={norm}")
+
+
+def test_spmm_trailing_dimensions(h):
+    g = h.make_graph("block")
+    x = torch.randn(g.num_src_nodes(), 2, 3, dtype=torch.float64)
+    y = spmm(g, x, norm="both")
+    assert y.shape == (g.num_dst_nodes(), 2, 3)
+    expected = (h.dense_adjacency(g, "both") @ x.reshape(len(x), -1)).reshape(-1, 2, 3)
+    close64(y, expected)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("kind", ("random", "empty_rows", "directed", "block_zero_in",
+                                  "bipartite"))
+def test_spmm_gradcheck(kind, norm, h):
+    g = h.make_graph(kind, 12)
+    x = torch.randn(g.num_src_nodes(), 3, dtype=torch.float64, requires_grad=True)
+    w = h.positive_edge_weight(g).requires_grad_()
+    assert gradcheck(lambda a, b: spmm(g, a, edge_weight=b, norm=norm), (x, w), **GRADCHECK)
+    assert gradcheck(lambda a: spmm(g, a, norm=norm), (x,), **GRADCHECK)
+
+
+def test_aggregate_dispatches(h):
+    g = h.make_graph("self_loops")
+    x, _ = h.random_cbsr(g.num_src_nodes(), 9, 3)
+    w = h.positive_edge_weight(g)
+    for norm in NORMS:
+        sparse = dgl_maxk.aggregate(g, x, w, norm)
+        dense = dgl_maxk.aggregate(g, x.to_dense(), w, norm)
+        close64(sparse, dense, norm)
+        close64(sparse, cbsr_spgemm(g, x, w, norm), norm)
+
+
+# --------------------------------------------------------------------------- graph plan
+
+def test_graph_plan_structure(graph_case, h):
+    kind, g = graph_case
+    plan = graph_plan(g, "cpu")
+    assert (plan.num_src, plan.num_dst, plan.num_edges) == (
+        g.num_src_nodes(), g.num_dst_nodes(), g.num_edges())
+    assert torch.equal(plan.in_degrees, g.in_degrees().long())
+    assert torch.equal(plan.out_degrees, g.out_degrees().long())
+    # CSR entry i is the DGL edge edge_ids[i]: same endpoints, rows in order
+    src, dst = g.edges()
+    assert torch.equal(plan.indices, src[plan.edge_ids].long())
+    rows = torch.repeat_interleave(torch.arange(plan.num_dst), plan.in_degrees)
+    assert torch.equal(rows, dst[plan.edge_ids].long())
+    assert sorted(plan.edge_ids.tolist()) == list(range(g.num_edges()))
+
+
+def test_graph_plan_is_cached_and_invalidated(h):
+    g = h.random_graph(20, 50)
+    plan = graph_plan(g, "cpu")
+    assert graph_plan(g, torch.device("cpu")) is plan
+    x = torch.randn(20, 4, dtype=torch.float64)
+    before = spmm(g, x, norm="right")
+    g.add_edges(torch.tensor([0, 1, 2]), torch.tensor([5, 5, 5]))
+    new_plan = graph_plan(g, "cpu")
+    assert new_plan is not plan and new_plan.num_edges == 53
+    after = spmm(g, x, norm="right")
+    close64(after, h.dense_adjacency(g, "right") @ x)
+    assert not torch.allclose(after[5], before[5])
+    g.remove_nodes(torch.tensor([19]))
+    assert graph_plan(g, "cpu").num_src == 19
+
+
+def test_graph_plan_rejects_bad_norm(h):
+    plan = graph_plan(h.random_graph(5, 8), "cpu")
+    with pytest.raises(ValueError, match="norm"):
+        plan.edge_values("sum")
+
+
+# --------------------------------------------------------------------------- GPU
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                   reason="needs a CUDA GPU (torch.cuda.is_available() is "
+                                          "False)")
+
+
+@requires_cuda
+@pytest.mark.parametrize("norm", NORMS)
+def test_cuda_features_with_cpu_graph(norm, h):
+    g = h.make_graph("block")  # DGL graphs stay on the CPU
+    x, _ = h.random_cbsr(g.num_src_nodes(), 64, 8, dtype=torch.float32, requires_grad=True)
+    w = h.positive_edge_weight(g, dtype=torch.float32).requires_grad_()
+    xc = CBSR(x.values.detach().cuda().requires_grad_(), x.indices.cuda(), x.d)
+    wc = w.detach().cuda().requires_grad_()
+    y = cbsr_spgemm(g, x, w, norm)
+    yc = cbsr_spgemm(g, xc, wc, norm)
+    assert yc.is_cuda
+    torch.testing.assert_close(yc.cpu(), y, rtol=1e-5, atol=1e-5)
+    dy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x.values, w), dy)
+    grads_c = torch.autograd.grad(yc, (xc.values, wc), dy.cuda())
+    for a, b in zip(grads_c, grads):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
+    hd = torch.randn(50, 64)
+    assert torch.equal(maxk(hd.cuda(), 8).to_dense().cpu(), maxk(hd, 8).to_dense())
+    xd = torch.randn(g.num_src_nodes(), 16)
+    torch.testing.assert_close(spmm(g, xd.cuda(), norm=norm).cpu(), spmm(g, xd, norm=norm),
+                               rtol=1e-5, atol=1e-5)

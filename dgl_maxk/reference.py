@@ -48,31 +48,44 @@ def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
     return spmm(plan, edge_values, x_dense)
 
 
+def _edge_sum(rows, cols, values, x, num_rows):
+    """out[rows[e]] += values[e] * x[cols[e]], edge by edge (chunked)."""
+    out = x.new_zeros((num_rows, x.shape[1]))
+    step = max(1, _CHUNK_ELEMENTS // max(1, x.shape[1]))
+    for start in range(0, rows.numel(), step):
+        sl = slice(start, start + step)
+        out.index_add_(0, rows[sl], x[cols[sl]] * values[sl, None])
+    return out
+
+
+def _csr_mm(indptr, indices, rows, values, x, shape):
+    """A . x for A in CSR. cuSPARSE rejects a CSR holding more entries than rows x columns,
+    which a small multigraph can have: such an A is summed edge by edge instead."""
+    dtype = torch.promote_types(x.dtype, values.dtype)
+    values, x = values.to(dtype), x.to(dtype)
+    with torch.autocast(x.device.type, enabled=False):
+        if indices.numel() == 0:
+            return x.new_zeros((shape[0], x.shape[1]))
+        if indices.numel() > shape[0] * shape[1]:
+            return _edge_sum(rows, indices, values, x, shape[0])
+        return torch.sparse.mm(_sparse_adjacency(indptr, indices, values, shape), x)
+
+
 def spmm(plan, edge_values, x):
     """Y = A . X for dense X (num_src x d): what cuSPARSE computes for DGL on GPUs.
 
     Computed in the wider of the two dtypes (fp32 for half-precision features), outside
     autocast, which would otherwise hand torch.sparse.mm half-precision operands.
     """
-    dtype = torch.promote_types(x.dtype, edge_values.dtype)
-    if plan.num_edges == 0:
-        return x.new_zeros((plan.num_dst, x.shape[1]), dtype=dtype)
-    adj = _sparse_adjacency(plan.indptr, plan.indices, edge_values.to(dtype),
-                            (plan.num_dst, plan.num_src))
-    with torch.autocast(x.device.type, enabled=False):
-        return torch.sparse.mm(adj, x.to(dtype))
+    return _csr_mm(plan.indptr, plan.indices, plan.dst_of_edge, edge_values, x,
+                   (plan.num_dst, plan.num_src))
 
 
 def spmm_transposed(plan, edge_values, grad_y):
     """A^T . dY (num_src x d), in the wider of the two dtypes."""
-    dtype = torch.promote_types(grad_y.dtype, edge_values.dtype)
-    if plan.num_edges == 0:
-        return grad_y.new_zeros((plan.num_src, grad_y.shape[1]), dtype=dtype)
     t_indptr, t_indices, perm = plan.transpose()
-    adj_t = _sparse_adjacency(t_indptr, t_indices, edge_values[perm].to(dtype),
-                              (plan.num_src, plan.num_dst))
-    with torch.autocast(grad_y.device.type, enabled=False):
-        return torch.sparse.mm(adj_t, grad_y.to(dtype))
+    return _csr_mm(t_indptr, t_indices, plan.indices[perm], edge_values[perm], grad_y,
+                   (plan.num_src, plan.num_dst))
 
 
 def cbsr_sspmm(plan, edge_values, grad_y, x_indices):

@@ -292,3 +292,18 @@ def test_cuda_features_with_cpu_graph(norm, h):
     xd = torch.randn(g.num_src_nodes(), 16)
     torch.testing.assert_close(spmm(g, xd.cuda(), norm=norm).cpu(), spmm(g, xd, norm=norm),
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_dense_multigraph_with_more_edges_than_matrix_entries(norm, h):
+    """cuSPARSE rejects a CSR with more entries than rows x columns; such graphs (a few nodes,
+    many parallel edges) must still aggregate and differentiate correctly."""
+    n = 3
+    g = h.homograph(torch.randint(0, n, (40,)), torch.randint(0, n, (40,)), n)
+    w = h.positive_edge_weight(g).requires_grad_()
+    x = torch.randn(n, 4, dtype=torch.float64, requires_grad=True)
+    close64(spmm(g, x, edge_weight=w, norm=norm), h.dense_adjacency(g, norm, w) @ x)
+    assert gradcheck(lambda a, b: spmm(g, a, edge_weight=b, norm=norm), (x, w), **GRADCHECK)
+    c, _ = h.random_cbsr(n, 4, 2, requires_grad=True)
+    assert gradcheck(lambda v, b: cbsr_spgemm(g, CBSR(v, c.indices, c.d), edge_weight=b,
+                                              norm=norm), (c.values, w), **GRADCHECK)

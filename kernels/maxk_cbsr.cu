@@ -1,0 +1,235 @@
+// MaxK to CBSR: the k largest entries of each row of a dense N x d matrix, written as CBSR
+// (values N x k, indices N x k), ties broken toward the lower column, indices ascending.
+//
+// One warp per row. Each element gets an order-preserving unsigned key (NaN largest, -0 == +0).
+// The k-th largest key T is found by a bitwise threshold search (RTop-K style): for each bit
+// from the top, keep it if at least k keys are >= the candidate prefix (one warp reduction per
+// bit: 32 steps for fp32, 16 for fp16/bf16). Then every key > T is kept, plus the first
+// (k - #{key > T}) keys == T in column order; ballots give each kept element its output slot,
+// so the output is in ascending column order. The kept values are copied bit for bit.
+//
+// Compile-time constants (-D):
+//   ELEM_BYTES 4 (fp32) or 2 (fp16 / bf16: the same sign-magnitude key rule on 16 bits)
+//   IS_BF16    1 for bf16 (NaN test), else 0
+//   IDX_BYTES  1 (uint8 indices, d <= 256) or 2 (int16)
+//   VEC        elements per lane per vector load (VEC * ELEM_BYTES in {2, 4, 8, 16})
+//   CH         chunks of 32 * VEC columns held in registers (maxk_reg only)
+//   WARPS      warps per block
+// maxk_reg keeps the row in registers (CH * VEC <= 32 elements per lane, d <= 1024 for
+// fp32); maxk_smem keeps the keys in shared memory (d * 4 bytes per warp) for any d.
+
+#ifndef ELEM_BYTES
+#define ELEM_BYTES 4
+#endif
+#ifndef IS_BF16
+#define IS_BF16 0
+#endif
+#ifndef IDX_BYTES
+#define IDX_BYTES 1
+#endif
+#ifndef VEC
+#define VEC 1
+#endif
+#ifndef CH
+#define CH 1
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+
+#define FULL_MASK 0xffffffffu
+#define VB (VEC * ELEM_BYTES)
+
+#if ELEM_BYTES == 4
+typedef unsigned int raw_t;
+#define KEY_BITS 32
+#else
+typedef unsigned short raw_t;
+#define KEY_BITS 16
+#endif
+
+#if IDX_BYTES == 1
+typedef unsigned char idx_t;
+#else
+typedef short idx_t;
+#endif
+
+__device__ __forceinline__ int warp_sum(int v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_add_sync(FULL_MASK, v);
+#else
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+#endif
+}
+
+// Order-preserving key of the raw bits: larger value -> larger key; NaN -> the largest key
+// (torch.sort puts NaN above +inf); -0 and +0 equal. Real keys are never 0 (padding's key).
+__device__ __forceinline__ unsigned int key_of(unsigned int bits) {
+#if ELEM_BYTES == 4
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;
+    if (bits == 0x80000000u) bits = 0u;
+    return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+#else
+#if IS_BF16
+    if ((bits & 0x7fffu) > 0x7f80u) return 0xffffu;
+#else
+    if ((bits & 0x7fffu) > 0x7c00u) return 0xffffu;
+#endif
+    if (bits == 0x8000u) bits = 0u;
+    return (bits & 0x8000u) ? (~bits & 0xffffu) : (bits | 0x8000u);
+#endif
+}
+
+// Load VEC consecutive elements (the address is VB-aligned) as raw bits.
+__device__ __forceinline__ void load_vec(const raw_t* p, unsigned int (&w)[VEC]) {
+#if VB == 16
+    uint4 v = *reinterpret_cast<const uint4*>(p);
+    unsigned int t[4] = {v.x, v.y, v.z, v.w};
+#elif VB == 8
+    uint2 v = *reinterpret_cast<const uint2*>(p);
+    unsigned int t[2] = {v.x, v.y};
+#elif VB == 4
+    unsigned int t[1] = {*reinterpret_cast<const unsigned int*>(p)};
+#else
+    unsigned int t[1] = {(unsigned int)*reinterpret_cast<const unsigned short*>(p)};
+#endif
+#pragma unroll
+    for (int h = 0; h < VEC; ++h) {
+#if ELEM_BYTES == 4
+        w[h] = t[h];
+#else
+        w[h] = (h & 1) ? (t[h >> 1] >> 16) : (t[h >> 1] & 0xffffu);
+#endif
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __restrict__ out_idx,
+         long long n_rows, int d, int k) {
+    const int lane = threadIdx.x & 31;
+    const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (row >= n_rows) return;  // uniform over the warp; no block-wide barrier below
+    const raw_t* src = h + row * (long long)d;
+
+    unsigned int raw[CH][VEC], key[CH][VEC];
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+        const int c0 = i * 32 * VEC + lane * VEC;
+        if (c0 < d) {  // d % VEC == 0: a vector is wholly inside or wholly outside the row
+            load_vec(src + c0, raw[i]);
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) key[i][v] = key_of(raw[i][v]);
+        } else {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) { raw[i][v] = 0u; key[i][v] = 0u; }
+        }
+    }
+
+    // T = the largest value with #{key >= T} >= k, i.e. the k-th largest key.
+    unsigned int T = 0u;
+#pragma unroll 1
+    for (int b = KEY_BITS - 1; b >= 0; --b) {
+        const unsigned int cand = T | (1u << b);
+        int cnt = 0;
+#pragma unroll
+        for (int i = 0; i < CH; ++i)
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) cnt += (key[i][v] >= cand);
+        if (warp_sum(cnt) >= k) T = cand;
+    }
+    int gt = 0;
+#pragma unroll
+    for (int i = 0; i < CH; ++i)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) gt += (key[i][v] > T);
+    const int need_eq = k - warp_sum(gt);  // >= 1
+
+    const unsigned int lt_mask = (1u << lane) - 1u;
+    int base = 0, eq_base = 0;
+    raw_t* ov = out_val + row * (long long)k;
+    idx_t* oi = out_idx + row * (long long)k;
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+        bool eq[VEC], sel[VEC];
+        int eq_before = 0, eq_total = 0;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            eq[v] = key[i][v] == T;
+            const unsigned int m = __ballot_sync(FULL_MASK, eq[v]);
+            eq_before += __popc(m & lt_mask);
+            eq_total += __popc(m);
+        }
+        int r = eq_base + eq_before;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            sel[v] = key[i][v] > T || (eq[v] && r < need_eq);
+            r += eq[v];
+        }
+        eq_base += eq_total;
+        int sel_before = 0, sel_total = 0;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            const unsigned int m = __ballot_sync(FULL_MASK, sel[v]);
+            sel_before += __popc(m & lt_mask);
+            sel_total += __popc(m);
+        }
+        int p = base + sel_before;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            if (sel[v]) {
+                ov[p] = (raw_t)raw[i][v];
+                oi[p] = (idx_t)(i * 32 * VEC + lane * VEC + v);
+                ++p;
+            }
+        }
+        base += sel_total;
+    }
+}
+
+// Any d: keys in shared memory (d unsigned ints per warp), lane l holds columns l, l+32, ...
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+maxk_smem(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __restrict__ out_idx,
+          long long n_rows, int d, int k) {
+    extern __shared__ unsigned int keys_all[];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const long long row = (long long)blockIdx.x * WARPS + warp;
+    if (row >= n_rows) return;  // uniform over the warp; no block-wide barrier below
+    unsigned int* keys = keys_all + (long long)warp * d;
+    const raw_t* src = h + row * (long long)d;
+    for (int c = lane; c < d; c += 32) keys[c] = key_of((unsigned int)src[c]);
+    __syncwarp();
+
+    unsigned int T = 0u;
+#pragma unroll 1
+    for (int b = KEY_BITS - 1; b >= 0; --b) {
+        const unsigned int cand = T | (1u << b);
+        int cnt = 0;
+        for (int c = lane; c < d; c += 32) cnt += (keys[c] >= cand);
+        if (warp_sum(cnt) >= k) T = cand;
+    }
+    int gt = 0;
+    for (int c = lane; c < d; c += 32) gt += (keys[c] > T);
+    const int need_eq = k - warp_sum(gt);
+
+    const unsigned int lt_mask = (1u << lane) - 1u;
+    int base = 0, eq_base = 0;
+    raw_t* ov = out_val + row * (long long)k;
+    idx_t* oi = out_idx + row * (long long)k;
+    for (int c0 = 0; c0 < d; c0 += 32) {  // uniform trip count over the warp
+        const int c = c0 + lane;
+        const unsigned int kk = c < d ? keys[c] : 0u;
+        const bool eq = c < d && kk == T;
+        const unsigned int me = __ballot_sync(FULL_MASK, eq);
+        const bool sel = (c < d && kk > T) || (eq && eq_base + __popc(me & lt_mask) < need_eq);
+        eq_base += __popc(me);
+        const unsigned int ms = __ballot_sync(FULL_MASK, sel);
+        if (sel) {
+            const int p = base + __popc(ms & lt_mask);
+            ov[p] = src[c];
+            oi[p] = (idx_t)c;
+        }
+        base += __popc(ms);
+    }
+}

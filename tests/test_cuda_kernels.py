@@ -1,0 +1,330 @@
+"""GPU tests of the CUDA kernels (dgl_maxk.cuda) against the pure-torch reference in float64.
+
+Skipped without a CUDA GPU with CuPy. Every test draws a fresh seed (printed in failure
+messages: re-run with DGL_MAXK_TEST_SEED=<seed> to reproduce). Outputs are checked for
+unwritten entries by poisoning torch's caching allocator with NaN before each kernel call
+(the kernels allocate their outputs with torch.empty where they do not need zeros).
+"""
+import os
+
+import pytest
+import torch
+
+from dgl_maxk import cuda, ops, reference
+from dgl_maxk.cbsr import index_dtype
+from dgl_maxk.graph_plan import GraphPlan
+
+pytestmark = pytest.mark.skipif(not cuda.available(), reason="no CUDA GPU with CuPy")
+
+DEV = "cuda"
+TOL = 1e-5
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def fresh_seed() -> int:
+    env = os.environ.get("DGL_MAXK_TEST_SEED")
+    seed = int(env) if env else int.from_bytes(os.urandom(4), "little")
+    torch.manual_seed(seed)
+    return seed
+
+
+def poison():
+    """Fill freed blocks of torch's caching allocator (small and large pools) with NaN."""
+    blocks = [torch.full((n,), float("nan"), device=DEV) for n in
+              (1 << 8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)]
+    del blocks
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    if not torch.isfinite(out).all():
+        return float("inf")
+    norm = ref.norm()
+    if norm == 0:
+        return float((out - ref).norm())
+    return float((out - ref).norm() / norm)
+
+
+def make_plan(degrees, num_src, edge_ids=None):
+    """A GraphPlan on the GPU with the given in-degrees and uniform random sources.
+
+    (Keep num_edges <= num_dst * num_src: the reference's cuSPARSE CSR rejects more.)"""
+    degrees = torch.as_tensor(degrees, dtype=torch.int64)
+    indptr = torch.zeros(degrees.numel() + 1, dtype=torch.int64)
+    torch.cumsum(degrees, 0, out=indptr[1:])
+    e = int(indptr[-1])
+    indices = torch.randint(0, max(num_src, 1), (e,), dtype=torch.int64)
+    if edge_ids is None:
+        edge_ids = torch.randperm(e)
+    return GraphPlan(indptr.to(DEV), indices.to(DEV), edge_ids.to(DEV), num_src,
+                     degrees.numel())
+
+
+def mixed_degrees(num_dst, group_size):
+    """Empty rows, degree-1 rows, rows at and around the group size, hub rows far above it."""
+    deg = torch.randint(0, 24, (num_dst,))
+    special = [0, 1, 0, 1, group_size, group_size + 1, 3 * group_size + 7, group_size - 1, 2]
+    for i, v in enumerate(special[:num_dst]):
+        deg[(i * 7) % num_dst] = v
+    return deg
+
+
+def random_cbsr(n, k, d, dtype=torch.float32):
+    values = torch.randn(n, k, device=DEV).to(dtype)
+    cols = torch.rand(n, d, device=DEV).argsort(dim=1)[:, :k].sort(dim=1).values
+    return values, cols.to(index_dtype(d))
+
+
+def k_values(d):
+    if d <= 384:
+        return list(range(1, d + 1))
+    ks = set(range(1, 70)) | set(range(70, d, 37)) | {96, 127, 128, 129, 255, 256, 257, d - 1, d}
+    return sorted(k for k in ks if 1 <= k <= d)
+
+
+# --------------------------------------------------------------------------------------------
+# maxk_cbsr
+# --------------------------------------------------------------------------------------------
+
+def tie_heavy(n, d, dtype):
+    """Rows of small integers (many ties), with -0 / +0 / +-inf and some continuous rows."""
+    h = torch.randint(-3, 4, (n, d), device=DEV).to(torch.float32)
+    h[::3] = torch.randn(h[::3].shape, device=DEV)
+    zeros = torch.rand(n, d, device=DEV) < 0.2
+    h[zeros] = 0.0
+    neg_zero = torch.rand(n, d, device=DEV) < 0.1
+    h[neg_zero] = -0.0
+    if n > 2 and d > 2:
+        h[1, 0], h[1, -1], h[2, 1] = float("inf"), float("-inf"), float("-inf")
+    h[-1] = -0.0
+    return h.to(dtype)
+
+
+def same_bits(a, b):
+    if a.dtype in (torch.float16, torch.bfloat16):
+        return torch.equal(a.view(torch.int16), b.view(torch.int16))
+    if a.dtype == torch.float32:
+        return torch.equal(a.view(torch.int32), b.view(torch.int32))
+    return torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("d", [32, 64, 256, 384, 1024, 33, 1500, 4096])
+def test_maxk_bit_identical(d, dtype):
+    seed = fresh_seed()
+    n = 67 if d <= 1024 else 13
+    h = tie_heavy(n, d, dtype)
+    ks = k_values(d) if d <= 1024 else [1, 2, 31, 32, 33, 64, 100, d // 2, d - 1, d]
+    for k in ks:
+        poison()
+        v, i = cuda.maxk_cbsr(h, k)
+        rv, ri = reference.maxk_cbsr(h, k)
+        assert i.dtype == ri.dtype and v.dtype == rv.dtype, (seed, k)
+        assert torch.equal(i, ri), f"indices differ: seed={seed} d={d} k={k} {dtype}"
+        assert same_bits(v, rv), f"values differ: seed={seed} d={d} k={k} {dtype}"
+
+
+def test_maxk_misaligned_and_strided():
+    seed = fresh_seed()
+    base = torch.randn(50, 257, device=DEV)
+    h = base[:, 1:]  # not contiguous
+    for k in (1, 8, 32, 256):
+        v, i = cuda.maxk_cbsr(h, k)
+        rv, ri = reference.maxk_cbsr(h, k)
+        assert torch.equal(i, ri) and same_bits(v, rv), (seed, k)
+    flat = torch.randn(1 + 40 * 64, device=DEV)[1:].view(40, 64)  # rows 4-byte aligned only
+    v, i = cuda.maxk_cbsr(flat, 16)
+    rv, ri = reference.maxk_cbsr(flat, 16)
+    assert torch.equal(i, ri) and same_bits(v, rv), seed
+
+
+def test_maxk_repeat_and_empty():
+    seed = fresh_seed()
+    h = torch.randn(1000, 256, device=DEV)
+    a = cuda.maxk_cbsr(h, 32)
+    b = cuda.maxk_cbsr(h, 32)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), seed
+    v, i = cuda.maxk_cbsr(torch.empty(0, 64, device=DEV), 5)
+    assert v.shape == (0, 5) and i.shape == (0, 5)
+    v, i = cuda.maxk_cbsr(h.double(), 7)  # float64: the reference
+    rv, ri = reference.maxk_cbsr(h.double(), 7)
+    assert torch.equal(v, rv) and torch.equal(i, ri)
+
+
+# --------------------------------------------------------------------------------------------
+# aggregation kernels
+# --------------------------------------------------------------------------------------------
+
+def check_all_three(plan, k, d, dtype=torch.float32, seed=None, tag=""):
+    xv, xi = random_cbsr(plan.num_src, k, d, dtype)
+    ev = torch.randn(plan.num_edges, device=DEV)
+    gy = torch.randn(plan.num_dst, d, device=DEV)
+    poison()
+    y = cuda.cbsr_spgemm(plan, ev, xv, xi, d)
+    y_ref = reference.cbsr_spgemm(plan, ev.double(), xv.double(), xi, d)
+    assert y.dtype == torch.promote_types(xv.dtype, ev.dtype)
+    err = rel_err(y, y_ref)
+    assert err < TOL, f"spgemm err={err} seed={seed} k={k} d={d} {dtype} {tag}"
+    poison()
+    gx = cuda.cbsr_sspmm(plan, ev, gy, xi)
+    gx_ref = reference.cbsr_sspmm(plan, ev.double(), gy.double(), xi)
+    err = rel_err(gx, gx_ref)
+    assert err < TOL, f"sspmm err={err} seed={seed} k={k} d={d} {tag}"
+    poison()
+    ge = cuda.cbsr_sddmm(plan, gy, xv, xi)
+    ge_ref = reference.cbsr_sddmm(plan, gy.double(), xv.double(), xi)
+    err = rel_err(ge, ge_ref)
+    assert err < TOL, f"sddmm err={err} seed={seed} k={k} d={d} {dtype} {tag}"
+
+
+@pytest.fixture(params=[32, None], ids=["group32", "group_default"])
+def group_size(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setattr(cuda, "GROUP_SIZE", request.param)
+    return cuda.GROUP_SIZE
+
+
+@pytest.mark.parametrize("d", [32, 64, 256, 384, 1024])
+def test_every_k(d, group_size):
+    seed = fresh_seed()
+    plan = make_plan(mixed_degrees(37, group_size), num_src=200)
+    for k in k_values(d):
+        check_all_three(plan, k, d, seed=seed, tag=f"G={group_size}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("d", [256, 384, 36, 33])
+def test_dtypes_and_widths(d, dtype, group_size):
+    seed = fresh_seed()
+    plan = make_plan(mixed_degrees(101, group_size), num_src=80)
+    for k in sorted(k for k in {1, 3, 4, 8, 16, 17, 32, 64, min(d, 100), d} if k <= d):
+        check_all_three(plan, k, d, dtype, seed=seed, tag=f"G={group_size}")
+
+
+@pytest.mark.parametrize("shape", [(37, 200), (61, 150), (1, 3000), (300, 30), (203, 203)])
+def test_rectangular_blocks(shape, group_size):
+    seed = fresh_seed()
+    num_dst, num_src = shape
+    plan = make_plan(mixed_degrees(num_dst, group_size), num_src=num_src)
+    for k in (1, 8, 16, 32, 64):
+        check_all_three(plan, k, 256, seed=seed, tag=f"shape={shape}")
+
+
+def test_empty_graphs():
+    seed = fresh_seed()
+    for num_dst, num_src in ((5, 7), (0, 4), (4, 0)):
+        plan = make_plan(torch.zeros(num_dst, dtype=torch.int64), num_src=num_src)
+        xv, xi = random_cbsr(num_src, 8, 64)
+        ev = torch.empty(0, device=DEV)
+        poison()
+        y = cuda.cbsr_spgemm(plan, ev, xv, xi, 64)
+        assert y.shape == (num_dst, 64) and torch.equal(y, torch.zeros_like(y)), seed
+        gx = cuda.cbsr_sspmm(plan, ev, torch.randn(num_dst, 64, device=DEV), xi)
+        assert gx.shape == (num_src, 8) and not gx.any(), seed
+        ge = cuda.cbsr_sddmm(plan, torch.randn(num_dst, 64, device=DEV), xv, xi)
+        assert ge.shape == (0,)
+
+
+def test_power_law_graph_multi_group():
+    from dgl_maxk.synthetic import power_law_csr
+    seed = fresh_seed()
+    indptr, indices = power_law_csr(3001, 400_000, seed=seed, device=DEV)
+    assert int((indptr[1:] - indptr[:-1]).max()) > 2 * cuda.GROUP_SIZE
+    plan = GraphPlan(indptr, indices, torch.arange(indices.numel(), device=DEV), 3001, 3001)
+    for k in (8, 16, 32, 64):
+        check_all_three(plan, k, 256, seed=seed, tag="power-law")
+
+
+def test_determinism():
+    seed = fresh_seed()
+    plan = make_plan(torch.randint(0, cuda.GROUP_SIZE + 1, (500,)), num_src=500)
+    xv, xi = random_cbsr(500, 32, 256)
+    ev = torch.rand(plan.num_edges, device=DEV)
+    gy = torch.randn(500, 256, device=DEV)
+    # rows of at most GROUP_SIZE entries: the forward promises bit-identical repeats
+    y1 = cuda.cbsr_spgemm(plan, ev, xv, xi, 256)
+    y2 = cuda.cbsr_spgemm(plan, ev, xv, xi, 256)
+    assert torch.equal(y1, y2), seed
+    e1 = cuda.cbsr_sddmm(plan, gy, xv, xi)
+    e2 = cuda.cbsr_sddmm(plan, gy, xv, xi)
+    assert torch.equal(e1, e2), seed
+    # sspmm uses atomics: equal up to rounding only
+    g1 = cuda.cbsr_sspmm(plan, ev, gy, xi)
+    g2 = cuda.cbsr_sspmm(plan, ev, gy, xi)
+    assert rel_err(g1, g2) < 1e-6, seed
+
+
+# --------------------------------------------------------------------------------------------
+# through the operators (weightings computed by the ops layer)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm", ["none", "left", "right", "both"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_ops_cbsr_spgemm_weightings(norm, weighted, monkeypatch):
+    seed = fresh_seed()
+    monkeypatch.setattr(cuda, "GROUP_SIZE", 32)
+    plan = make_plan(mixed_degrees(83, 32), num_src=90)
+    d, k = 256, 16
+    h = torch.randn(90, d, device=DEV)
+    w = torch.rand(plan.num_edges, device=DEV) + 0.1 if weighted else None
+
+    g = torch.randn(plan.num_dst, d, device=DEV, dtype=torch.float64)
+
+    def run(h_in, w_in):
+        h_in = h_in.clone().requires_grad_(True)
+        w_in = None if w_in is None else w_in.clone().requires_grad_(True)
+        x = ops.maxk(h_in, k)
+        y = ops.cbsr_spgemm(plan, x, edge_weight=w_in, norm=norm)
+        (y * g.to(y.dtype)).sum().backward()
+        return y, h_in.grad, None if w_in is None else w_in.grad
+
+    assert ops.backend_for(h) is cuda
+    out = run(h, w)
+    monkeypatch.setenv("DGL_MAXK_BACKEND", "torch")
+    ref = run(h.double(), None if w is None else w.double())
+    for name, a, b in zip(("y", "grad_h", "grad_w"), out, ref):
+        if b is None:
+            assert a is None
+            continue
+        err = rel_err(a, b)
+        assert err < TOL, f"{name} err={err} seed={seed} norm={norm} weighted={weighted}"
+
+
+# --------------------------------------------------------------------------------------------
+# torch.library / torch.compile
+# --------------------------------------------------------------------------------------------
+
+def test_opcheck():
+    seed = fresh_seed()
+    plan = make_plan(mixed_degrees(40, cuda.GROUP_SIZE), num_src=200)
+    group_row, group_start, col, multi = cuda.edge_groups(plan)
+    xv, xi = random_cbsr(200, 8, 64)
+    ev = torch.rand(plan.num_edges, device=DEV)
+    gy = torch.randn(40, 64, device=DEV)
+    h = torch.randn(20, 64, device=DEV)
+    tests = ("test_schema", "test_faketensor")
+    torch.library.opcheck(torch.ops.dgl_maxk.maxk_cbsr.default, (h, 5), test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
+                          (group_row, group_start, col, ev, xv, xi, 40, 64, multi),
+                          test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sspmm.default,
+                          (group_row, group_start, col, ev, gy, xi), test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sddmm.default,
+                          (group_row, group_start, col, gy, xv, xi), test_utils=tests)
+    del seed
+
+
+def test_torch_compile():
+    seed = fresh_seed()
+    plan = make_plan(mixed_degrees(50, cuda.GROUP_SIZE), num_src=200)
+    h = torch.randn(200, 64, device=DEV)
+
+    def f(h_in):
+        x = ops.maxk(h_in, 8)
+        return ops.cbsr_spgemm(plan, x, norm="right").relu().sum(1)
+
+    expected = f(h)
+    compiled = torch.compile(f, backend="aot_eager")
+    got = compiled(h)
+    assert rel_err(got, expected) < TOL, seed

@@ -1,0 +1,169 @@
+#!/usr/bin/env python
+"""Run configs with ReLU and with MaxK at several k, over several seeds; write a markdown
+table, a JSON file and a PNG plot (score vs k per dataset and model, ReLU as a horizontal
+line).
+
+    python scripts/reproduce.py --configs configs/cora_sage.yaml configs/cora_gcn.yaml \\
+        --k 8 16 32 64 --hidden 256 64 --seeds 10 --out runs/reproduce
+
+Each (config, hidden size) becomes one run of ``dgl_maxk.train.run_experiment`` whose
+variants are ``relu`` and ``maxk<k>`` for every k <= hidden; its run directory (checkpoints,
+histories, results.json) lands under ``--out``. The summary files are
+``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from dgl_maxk import train as T  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", nargs="+", required=True)
+    p.add_argument("--k", nargs="+", type=int, default=[8, 16, 32, 64])
+    p.add_argument("--hidden", nargs="+", type=int, default=None,
+                   help="hidden sizes (default: each config's own)")
+    p.add_argument("--seeds", default="3", help="a count N or a list 0,1,2")
+    p.add_argument("--no-relu", action="store_true", help="skip the ReLU baseline")
+    p.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend",
+                   help="overrides applied to every config (key=value)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default="runs/reproduce")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--title", default=None, help="heading of the markdown table")
+    return p.parse_args(argv)
+
+
+def seeds_of(text):
+    text = str(text)
+    return [int(s) for s in text.split(",")] if "," in text else int(text)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # validate everything before running anything
+    plans = []
+    for path in args.configs:
+        base = T.load_config(path, args.overrides)
+        for hidden in args.hidden or [base["model"]["hidden"]]:
+            variants = {} if args.no_relu else {"relu": {"model.nonlinearity": "relu"}}
+            for k in args.k:
+                if k <= hidden:
+                    variants[f"maxk{k}"] = {"model.nonlinearity": "maxk", "model.k": k}
+            cfg = dict(base, variants=variants, name=f"{base['name']}_h{hidden}")
+            cfg = T.apply_overrides(cfg, {"model.hidden": hidden,
+                                          "model.k": min(base["model"]["k"], hidden)})
+            plans.append((path, hidden, T.validate_config(cfg)))
+    cache, rows, runs = {}, [], []
+    started = time.perf_counter()
+    for path, hidden, cfg in plans:
+        res = T.run_experiment(cfg, device=args.device, out=out / "runs",
+                               seeds=seeds_of(args.seeds), progress=False, quiet=True,
+                               dataset_cache=cache)
+        runs.append(res["run_dir"])
+        for vname, v in res["variants"].items():
+            rows.append({"config": Path(path).stem, "dataset": v["dataset"],
+                         "model": v["model"], "hidden": v["hidden"], "layers": v["layers"],
+                         "variant": vname, "k": v["k"], "metric": v["metric"],
+                         "mean": v["test"]["mean"], "std": v["test"]["std"],
+                         "n": v["test"]["n"], "val_mean": v["val"]["mean"],
+                         "epoch_ms": 1e3 * v["epoch_seconds"]["mean"],
+                         "best_epochs": [s["best_epoch"] for s in v["seeds"]],
+                         "run_dir": res["run_dir"]})
+    elapsed = time.perf_counter() - started
+    summary = {"command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+               "rows": rows, "runs": runs, "wall_seconds": elapsed,
+               "environment": T.environment(T.resolve_device(args.device)),
+               "configs": {str(p): c for p, _, c in plans}}
+    T.write_json(out / "results.json", summary)
+    md = markdown_table(rows, args.k, args.title, summary["command"], elapsed)
+    (out / "results.md").write_text(md)
+    plot(rows, out / "accuracy_vs_k.png")
+    print(md)
+    print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'accuracy_vs_k.png'}")
+    return 0
+
+
+def _cell(row):
+    if row is None or row["mean"] is None:
+        return "-"
+    return f"{100 * row['mean']:.2f} ± {100 * row['std']:.2f}"
+
+
+def markdown_table(rows, ks, title, command, elapsed):
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["dataset"], r["model"], r["hidden"]), {})[r["variant"]] = r
+    head = ["dataset", "model", "hidden", "ReLU"] + [f"MaxK k={k}" for k in ks]
+    lines = [f"## {title}" if title else "## Test score at the best validation epoch",
+             "", "Mean ± std over seeds, in percent (metric: "
+             + ", ".join(sorted({r["metric"] for r in rows})) + "). In brackets: MaxK minus "
+             "ReLU.", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    for (dataset, model, hidden), vs in groups.items():
+        relu = vs.get("relu")
+        cells = [dataset, model, str(hidden), _cell(relu)]
+        for k in ks:
+            r = vs.get(f"maxk{k}")
+            cell = _cell(r)
+            if r is not None and relu is not None and r["mean"] is not None:
+                cell += f" ({100 * (r['mean'] - relu['mean']):+.2f})"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    n = sorted({r["n"] for r in rows})
+    lines += ["", f"Seeds per cell: {', '.join(map(str, n))}. Wall time: {elapsed / 60:.1f} "
+              "min.", "", "```", command, "```", ""]
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["dataset"], r["model"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (dataset, model) in zip(axes[0], panels):
+        mine = [r for r in rows if r["dataset"] == dataset and r["model"] == model]
+        for i, hidden in enumerate(sorted({r["hidden"] for r in mine})):
+            color = colors[i % len(colors)]
+            maxk = sorted((r for r in mine if r["hidden"] == hidden and r["k"] is not None
+                           and r["mean"] is not None), key=lambda r: r["k"])
+            if maxk:
+                ax.errorbar([r["k"] for r in maxk], [100 * r["mean"] for r in maxk],
+                            yerr=[100 * r["std"] for r in maxk], marker="o", capsize=3,
+                            color=color, label=f"MaxK, hidden {hidden}")
+            relu = [r for r in mine if r["hidden"] == hidden and r["k"] is None]
+            if relu and relu[0]["mean"] is not None:
+                ax.axhline(100 * relu[0]["mean"], color=color, linestyle="--",
+                           label=f"ReLU, hidden {hidden}")
+        ax.set_xscale("log", base=2)
+        ks = sorted({r["k"] for r in mine if r["k"] is not None})
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("k (entries kept per row)")
+        ax.set_ylabel(f"test {mine[0]['metric']} (%)")
+        ax.set_title(f"{dataset} / {model}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""dgl_maxk.data: loaders on small fake datasets written in the real on-disk layouts, the
+generators, and the fail-fast messages for missing data."""
+from __future__ import annotations
+
+import builtins
+import gzip
+import json
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
+from dgl_maxk import data as D
+
+SHARED_RAW = Path(__file__).resolve().parents[2] / "shared/data/dgl-raw"
+
+
+# --------------------------------------------------------------------------- fake layouts
+
+
+def _fake_graph(n, m, rng):
+    src = rng.integers(0, n, m)
+    dst = rng.integers(0, n, m)
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def write_fake_reddit(root: Path, n=60, m=300, feats=7, classes=4, seed=0):
+    """DGL's Reddit layout: <root>/reddit_69f818f5/{reddit_graph.npz, reddit_data.npz}."""
+    import scipy.sparse as sp
+    rng = np.random.default_rng(seed)
+    src, dst = _fake_graph(n, m, rng)
+    folder = root / "reddit_69f818f5"
+    folder.mkdir(parents=True)
+    adj = sp.coo_matrix((np.ones(len(src), dtype=np.float32), (src, dst)), shape=(n, n))
+    sp.save_npz(folder / "reddit_graph.npz", adj)
+    features = rng.normal(size=(n, feats)).astype(np.float32)
+    labels = rng.integers(0, classes, n)
+    labels[:classes] = np.arange(classes)
+    node_types = np.array([1] * (n // 2) + [2] * (n // 4) + [3] * (n - n // 2 - n // 4))
+    np.savez(folder / "reddit_data.npz", feature=features, label=labels,
+             node_types=node_types)
+    return folder, features, labels, node_types, (src, dst)
+
+
+def write_fake_saint(root: Path, folder_name, n=50, m=200, feats=6, classes=5,
+                     multilabel=False, seed=0):
+    """The GraphSAINT layout of DGL's Flickr/Yelp: adj_full.npz, feats.npy, class_map.json,
+    role.json."""
+    import scipy.sparse as sp
+    rng = np.random.default_rng(seed)
+    src, dst = _fake_graph(n, m, rng)
+    folder = root / folder_name
+    folder.mkdir(parents=True)
+    adj = sp.csr_matrix((np.ones(len(src), dtype=np.float32), (src, dst)), shape=(n, n))
+    sp.save_npz(folder / "adj_full.npz", adj)
+    features = rng.normal(size=(n, feats)).astype(np.float32)
+    np.save(folder / "feats.npy", features)
+    if multilabel:
+        labels = (rng.random((n, classes)) < 0.3).astype(int)
+        class_map = {str(i): labels[i].tolist() for i in range(n)}
+    else:
+        labels = rng.integers(0, classes, n)
+        labels[:classes] = np.arange(classes)
+        class_map = {str(i): int(labels[i]) for i in range(n)}
+    (folder / "class_map.json").write_text(json.dumps(class_map))
+    perm = rng.permutation(n).tolist()
+    role = {"tr": perm[: n // 2], "va": perm[n // 2: 3 * n // 4], "te": perm[3 * n // 4:]}
+    (folder / "role.json").write_text(json.dumps(role))
+    return folder, features, labels, role
+
+
+def _csv_gz(path: Path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for row in rows:
+            f.write(",".join(str(v) for v in np.atleast_1d(row)) + "\n")
+
+
+def write_fake_ogb(root: Path, name, n=40, m=120, release=True, seed=0):
+    """The official OGB zip of an ogbn dataset, unpacked and renamed: <root>/ogbn_<x>/ with
+    RELEASE_v1.txt, raw/*.csv.gz and split/<kind>/{train,valid,test}.csv.gz."""
+    rng = np.random.default_rng(seed)
+    folder = root / name.replace("-", "_")
+    src, dst = _fake_graph(n, m, rng)
+    edges = np.stack([src, dst], 1)
+    _csv_gz(folder / "raw/edge.csv.gz", edges)
+    _csv_gz(folder / "raw/num-node-list.csv.gz", [n])
+    _csv_gz(folder / "raw/num-edge-list.csv.gz", [len(src)])
+    out = {"folder": folder, "edges": edges}
+    if name == "ogbn-proteins":
+        efeat = rng.random((len(src), 8)).round(3)
+        _csv_gz(folder / "raw/edge-feat.csv.gz", efeat)
+        labels = (rng.random((n, 112)) < 0.5).astype(int)
+        _csv_gz(folder / "raw/node-label.csv.gz", labels)
+        _csv_gz(folder / "raw/node_species.csv.gz", rng.integers(0, 3, n))
+        split = "species"
+        out.update(efeat=efeat, labels=labels)
+    else:
+        feats = rng.normal(size=(n, 5)).round(4)
+        _csv_gz(folder / "raw/node-feat.csv.gz", feats)
+        labels = rng.integers(0, 40 if name == "ogbn-arxiv" else 47, n)
+        _csv_gz(folder / "raw/node-label.csv.gz", labels)
+        if name == "ogbn-arxiv":
+            _csv_gz(folder / "raw/node_year.csv.gz", rng.integers(2000, 2020, n))
+        split = "time" if name == "ogbn-arxiv" else "sales_ranking"
+        out.update(feats=feats, labels=labels)
+    perm = rng.permutation(n)
+    parts = {"train": perm[: n // 2], "valid": perm[n // 2: 3 * n // 4],
+             "test": perm[3 * n // 4:]}
+    for part, idx in parts.items():
+        _csv_gz(folder / f"split/{split}/{part}.csv.gz", idx)
+    if release:
+        (folder / "RELEASE_v1.txt").write_text("fake release\n")
+    out["split"] = parts
+    return out
+
+
+@pytest.fixture
+def no_prompt(monkeypatch):
+    """OGB must never reach its interactive prompt: input() fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("OGB asked an interactive question (input() was called)")
+    monkeypatch.setattr(builtins, "input", refuse)
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    path = tmp_path / "cache"
+    monkeypatch.setenv("DGL_MAXK_CACHE", str(path))
+    return path
+
+
+def _edge_set(graph):
+    s, d = graph.edges()
+    return set(zip(s.tolist(), d.tolist()))
+
+
+# --------------------------------------------------------------------------- DGL layouts
+
+
+def test_reddit_layout(tmp_path):
+    folder, features, labels, node_types, (src, dst) = write_fake_reddit(tmp_path)
+    ds = D.load_dataset("reddit", root=tmp_path)
+    n = len(labels)
+    assert ds.num_nodes == n and ds.num_classes == 4 and not ds.multilabel
+    assert ds.metric == "accuracy"
+    assert (ds.train_mask.sum(), ds.val_mask.sum(), ds.test_mask.sum()) == \
+        ((node_types == 1).sum(), (node_types == 2).sum(), (node_types == 3).sum())
+    # DGL reorders Reddit's nodes; the (feature, label, split) rows must still match up
+    rows = {tuple(np.round(f, 5)): (l, t) for f, l, t in zip(features, labels, node_types)}
+    split = torch.where(ds.train_mask, 1, torch.where(ds.val_mask, 2, 3))
+    for f, l, t in zip(ds.features.numpy(), ds.labels.tolist(), split.tolist()):
+        assert rows[tuple(np.round(f, 5))] == (l, t)
+    # self-loops: exactly one per node, plus the original (directed) edges
+    s, d = ds.graph.edges()
+    assert int((s == d).sum()) == n
+    assert ds.graph.num_edges() == len(src) + n
+
+
+def test_reddit_without_self_loops(tmp_path):
+    write_fake_reddit(tmp_path)
+    ds = D.load_dataset("reddit", root=tmp_path, self_loops=False)
+    s, d = ds.graph.edges()
+    assert int((s == d).sum()) == 0
+
+
+def test_flickr_layout(tmp_path):
+    folder, features, labels, role = write_fake_saint(tmp_path, "flickr_b05c56ca")
+    ds = D.load_dataset("flickr", root=tmp_path)
+    assert torch.allclose(ds.features, torch.from_numpy(features))
+    assert torch.equal(ds.labels, torch.from_numpy(labels))
+    assert sorted(ds.train_mask.nonzero().flatten().tolist()) == sorted(role["tr"])
+    assert sorted(ds.test_mask.nonzero().flatten().tolist()) == sorted(role["te"])
+    assert not ds.multilabel and ds.num_classes == 5
+
+
+def test_yelp_layout_is_multilabel(tmp_path):
+    folder, features, labels, role = write_fake_saint(tmp_path, "yelp_76020611",
+                                                      multilabel=True, classes=9)
+    ds = D.load_dataset("yelp", root=tmp_path)
+    assert ds.multilabel and ds.metric == "micro_f1" and ds.num_classes == 9
+    assert ds.labels.dtype == torch.float32
+    assert torch.equal(ds.labels, torch.from_numpy(labels).float())
+
+
+@pytest.mark.parametrize("name", ["reddit", "flickr", "yelp", "cora", "citeseer", "pubmed"])
+def test_missing_dgl_dataset_fails_fast_naming_files(tmp_path, name):
+    start = time.monotonic()
+    with pytest.raises(D.DatasetNotFound) as err:
+        D.load_dataset(name, root=tmp_path)
+    assert time.monotonic() - start < 5
+    folder, files, _ = D.dgl_layout(name, tmp_path)
+    msg = str(err.value)
+    assert str(folder) in msg and all(f in msg for f in files)
+    assert not any(tmp_path.iterdir()), "a failed load must not create anything"
+
+
+def test_reddit_folder_name_is_dgls():
+    folder, files, _ = D.dgl_layout("reddit", "/r")
+    assert folder == Path("/r/reddit_69f818f5")
+    assert files == ("reddit_graph.npz", "reddit_data.npz")
+    assert D.dgl_layout("cora", "/r")[0] == Path("/r/cora_v2_d697a464")
+
+
+def test_partial_dgl_dataset_names_missing_file(tmp_path):
+    folder, *_ = write_fake_reddit(tmp_path)
+    (folder / "reddit_data.npz").unlink()
+    with pytest.raises(D.DatasetNotFound, match=r"missing: reddit_data\.npz"):
+        D.load_dataset("reddit", root=tmp_path)
+
+
+def test_data_root_from_environment(tmp_path, monkeypatch):
+    write_fake_saint(tmp_path, "flickr_b05c56ca")
+    monkeypatch.setenv("DGL_MAXK_DATA", str(tmp_path))
+    assert D.data_root() == tmp_path
+    assert D.load_dataset("flickr").num_nodes == 50
+    monkeypatch.delenv("DGL_MAXK_DATA")
+    assert D.data_root() == Path("data")
+
+
+def test_read_only_raw_dir_is_copied_not_written(tmp_path, cache_dir):
+    folder, *_ = write_fake_saint(tmp_path / "ro", "flickr_b05c56ca")
+    before = sorted(p.name for p in folder.iterdir())
+    folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        ds = D.load_dataset("flickr", root=tmp_path / "ro")
+        assert sorted(p.name for p in folder.iterdir()) == before
+        copies = list(cache_dir.rglob("flickr_b05c56ca"))
+        assert len(copies) == 1 and (copies[0] / "dgl_graph.bin").exists()
+        again = D.load_dataset("flickr", root=tmp_path / "ro")  # from the cached copy
+        assert torch.equal(again.features, ds.features)
+    finally:
+        folder.chmod(0o755)
+
+
+# --------------------------------------------------------------------------- OGB layouts
+
+
+def test_ogbn_arxiv_layout(tmp_path, no_prompt, cache_dir):
+    fake = write_fake_ogb(tmp_path, "ogbn-arxiv")
+    ds = D.load_dataset("ogbn-arxiv", root=tmp_path)
+    assert ds.num_classes == 40 and ds.evaluator == "ogbn-arxiv"
+    assert torch.allclose(ds.features, torch.tensor(fake["feats"], dtype=torch.float32))
+    assert torch.equal(ds.labels, torch.as_tensor(fake["labels"]))
+    assert sorted(ds.train_mask.nonzero().flatten().tolist()) == \
+        sorted(fake["split"]["train"].tolist())
+    # made bidirected (citations are directed), with self-loops
+    edges = _edge_set(ds.graph)
+    for s, d in fake["edges"]:
+        assert (s, d) in edges and (d, s) in edges
+    assert all((i, i) in edges for i in range(ds.num_nodes))
+    directed = D.load_dataset("ogbn-arxiv", root=tmp_path, self_loops=False,
+                              to_bidirected=False)
+    assert _edge_set(directed.graph) == set(map(tuple, fake["edges"].tolist()))
+
+
+def test_ogbn_proteins_features_are_summed_edge_features(tmp_path, no_prompt):
+    fake = write_fake_ogb(tmp_path, "ogbn-proteins")
+    ds = D.load_dataset("ogbn-proteins", root=tmp_path, self_loops=False)
+    assert ds.multilabel and ds.num_classes == 112 and ds.metric == "rocauc"
+    assert torch.equal(ds.labels, torch.tensor(fake["labels"], dtype=torch.float32))
+    # OGB adds the inverse of each edge (same features): node i sums every edge touching it
+    expected = np.zeros((ds.num_nodes, 8))
+    for (s, d), f in zip(fake["edges"], fake["efeat"]):
+        expected[d] += f
+        expected[s] += f
+    assert np.allclose(ds.features.numpy(), expected, atol=1e-4)
+
+
+def test_ogb_without_release_file_fails_fast_without_prompt(tmp_path, no_prompt):
+    fake = write_fake_ogb(tmp_path, "ogbn-arxiv", release=False)
+    start = time.monotonic()
+    with pytest.raises(D.DatasetNotFound) as err:
+        D.load_dataset("ogbn-arxiv", root=tmp_path)
+    assert time.monotonic() - start < 5
+    msg = str(err.value)
+    assert "RELEASE_v1.txt" in msg and str(fake["folder"]) in msg
+    assert "missing: RELEASE_v1.txt" in msg
+    # nothing was deleted or processed
+    assert (fake["folder"] / "raw" / "edge.csv.gz").exists()
+    assert not (fake["folder"] / "processed").exists()
+
+
+def test_missing_ogb_dataset_lists_layout(tmp_path, no_prompt):
+    with pytest.raises(D.DatasetNotFound) as err:
+        D.load_dataset("ogbn-products", root=tmp_path)
+    msg = str(err.value)
+    for f in ("RELEASE_v1.txt", "raw/edge.csv.gz", "raw/node-feat.csv.gz",
+              "split/sales_ranking/train.csv.gz"):
+        assert f in msg
+    assert str(tmp_path / "ogbn_products") in msg and "products.zip" in msg
+    assert not any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- Cora (real)
+
+
+@pytest.mark.skipif(not (SHARED_RAW / "cora_v2_d697a464").is_dir(),
+                    reason=f"Cora's raw files are not at {SHARED_RAW}/cora_v2_d697a464")
+def test_cora_from_shared_data(cache_dir):
+    before = sorted(p.name for p in (SHARED_RAW / "cora_v2_d697a464").iterdir())
+    ds = D.load_dataset("cora", root=SHARED_RAW)
+    assert ds.num_nodes == 2708 and ds.num_features == 1433 and ds.num_classes == 7
+    assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == \
+        (140, 500, 1000)
+    assert ds.graph.num_edges() == 10556 + 2708  # the directed edges plus self-loops
+    if not os.access(SHARED_RAW / "cora_v2_d697a464", os.W_OK) or not (
+            (SHARED_RAW / "cora_v2_d697a464").stat().st_mode & stat.S_IWUSR):
+        # read-only: DGL's cache went to a copy, never next to the shared raw files
+        assert sorted(p.name for p in (SHARED_RAW / "cora_v2_d697a464").iterdir()) == before
+
+
+# --------------------------------------------------------------------------- generators
+
+
+def test_planted_is_reproducible_from_seed():
+    a = D.load_dataset("planted", num_nodes=300, seed=3)
+    b = D.load_dataset("planted", num_nodes=300, seed=3)
+    c = D.load_dataset("planted", num_nodes=300, seed=4)
+    assert torch.equal(a.features, b.features) and torch.equal(a.labels, b.labels)
+    assert _edge_set(a.graph) == _edge_set(b.graph)
+    assert torch.equal(a.train_mask, b.train_mask)
+    assert not torch.equal(a.features, c.features)
+    assert _edge_set(a.graph) != _edge_set(c.graph)
+
+
+def test_planted_parameters_shape_the_graph():
+    ds = D.load_dataset("planted", num_nodes=3000, num_classes=4, mean_degree=12,
+                        homophily=0.9, num_features=16, self_loops=False, seed=1)
+    s, d = ds.graph.edges()
+    assert ds.num_classes == 4 and ds.num_features == 16
+    assert abs(ds.graph.num_edges() / 3000 - 12) < 1.0
+    same = (ds.labels[s] == ds.labels[d]).float().mean().item()
+    assert abs(same - 0.9) < 0.03
+    assert _edge_set(ds.graph) == {(b, a) for a, b in _edge_set(ds.graph)}  # undirected
+    assert int((s == d).sum()) == 0
+    # the masks partition the nodes
+    total = ds.train_mask.int() + ds.val_mask.int() + ds.test_mask.int()
+    assert torch.equal(total, torch.ones_like(total))
+    # features carry the class signal: class means differ far more than the noise allows
+    means = torch.stack([ds.features[ds.labels == c].mean(0) for c in range(4)])
+    assert torch.cdist(means, means).fill_diagonal_(9).min() > 0.5
+
+
+def test_planted_p_in_p_out():
+    ds = D.load_dataset("planted", num_nodes=2000, num_classes=2, p_in=0.01, p_out=0.002,
+                        self_loops=False)
+    s, d = ds.graph.edges()
+    # expected degree 0.01 * 999 + 0.002 * 1000 ~ 12, homophily ~ 0.83
+    assert abs(ds.graph.num_edges() / 2000 - 12) < 1.0
+    assert abs((ds.labels[s] == ds.labels[d]).float().mean().item() - 0.833) < 0.03
+
+
+def test_powerlaw_is_reproducible_and_sized():
+    pytest.importorskip("dgl_maxk.synthetic")
+    a = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=5,
+                       self_loops=False)
+    b = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=5,
+                       self_loops=False)
+    c = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=6,
+                       self_loops=False)
+    assert a.graph.num_edges() == 40000
+    assert torch.equal(a.graph.edges()[0], b.graph.edges()[0])
+    assert torch.equal(a.graph.edges()[1], b.graph.edges()[1])
+    assert torch.equal(a.features, b.features) and torch.equal(a.labels, b.labels)
+    assert not torch.equal(a.graph.edges()[0], c.graph.edges()[0])
+    deg = a.graph.in_degrees().float()
+    assert deg.max() > 5 * deg.mean()  # heavy-tailed
+    assert "random" in a.notes
+
+
+def test_unknown_dataset_and_params():
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'"):
+        D.load_dataset("mnist")
+    with pytest.raises(ValueError, match=r"params\.nodes"):
+        D.load_dataset("planted", nodes=10)
+    with pytest.raises(ValueError, match=r"params\.num_nodes' must be an integer"):
+        D.load_dataset("planted", num_nodes=10.5)
+    with pytest.raises(ValueError, match=r"unknown key 'params\.seed' for dataset 'cora'"):
+        D.load_dataset("cora", seed=1)
+    assert D.canonical_name("OGBN_Arxiv") == "ogbn-arxiv"

@@ -15,7 +15,7 @@ its type and its default, and :func:`validate_config` rejects anything else, nam
       maxk: {model.nonlinearity: maxk}
       relu: {model.nonlinearity: relu}
 
-Training (:func:`run_full`): Adam with the config's learning rate (constant, the paper's
+Training (:func:`run_seed`): Adam with the config's learning rate (constant, the paper's
 schedule, or cosine) and weight decay, cross-entropy (or binary cross-entropy for multi-label
 data), evaluation of train/val/test after each epoch, test reported at the best validation
 epoch. Checkpoints (model, optimizer, scheduler, RNG states, epoch, best-so-far, history) are
@@ -42,14 +42,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import yaml
 from torch.nn import functional as F
 
 from . import data as _data
+from . import minibatch
 from .models import MODELS, build_model
 
 __all__ = ["ConfigError", "SCHEMA", "load_config", "validate_config", "apply_overrides",
-           "expand_variants", "run_experiment", "run_full", "evaluate", "RUNNERS"]
+           "expand_variants", "run_experiment", "run_seed", "evaluate"]
 
 
 class ConfigError(ValueError):
@@ -124,13 +126,21 @@ def _seeds_ok(v):
     return None
 
 
-MODES = ("full",)
+def _fanouts_ok(v):
+    if not v or not all(isinstance(f, int) and not isinstance(f, bool) and (f > 0 or f == -1)
+                        for f in v):
+        return "must be a non-empty list of positive integers (or -1 for all neighbours)"
+    return None
+
+
+MODES = ("full", "minibatch")
 
 #: Every config key: section -> key -> Field (top-level keys map straight to a Field).
 SCHEMA = {
     "name": Field(str, None, doc="run name (default: the config file's stem)"),
     "description": Field(str, None),
-    "mode": Field(str, "full", doc="training mode; only 'full' (full-graph) is available"),
+    "mode": Field(str, "full", choices=MODES,
+                  doc="'full' (full-graph, the paper's) or 'minibatch' (sampled blocks)"),
     "dataset": {
         "name": Field(str, REQUIRED),
         "root": Field(str, None, doc="data root (default $DGL_MAXK_DATA, else ./data)"),
@@ -160,6 +170,11 @@ SCHEMA = {
                                  doc="feed the input features to lin_in as a sparse matrix "
                                      "(same result; much faster for bag-of-words features "
                                      "such as Cora's)"),
+    },
+    "sampling": {
+        "fanouts": Field(list, [15, 10, 5], check=_fanouts_ok,
+                         doc="neighbours sampled per layer, input layer first (-1: all)"),
+        "batch_size": Field(int, 1024, check=_positive, doc="seed nodes per mini-batch"),
     },
     "variants": Field(dict, None, doc="name -> {dotted key: value} overrides"),
 }
@@ -288,9 +303,14 @@ def _validate_single(cfg: dict) -> dict:
             value = given[key] if key in given else (
                 field.default if field.default is REQUIRED else copy.deepcopy(field.default))
             out[section][key] = field.validate(f"{section}.{key}", value)
-    if out["mode"] not in MODES:
-        raise ConfigError(f"config key 'mode': {out['mode']!r} is not available (only "
-                          f"{list(MODES)}; mini-batch training comes later)")
+    if out["mode"] == "minibatch":
+        if len(out["sampling"]["fanouts"]) != out["model"]["layers"]:
+            raise ConfigError(f"config key 'sampling.fanouts' needs one fan-out per layer "
+                              f"(model.layers = {out['model']['layers']}), got "
+                              f"{out['sampling']['fanouts']}")
+        if out["train"]["sparse_features"]:
+            raise ConfigError("config key 'train.sparse_features' is for full-graph training; "
+                              "mode 'minibatch' gathers dense feature rows per batch")
     try:
         out["dataset"]["name"] = _data.canonical_name(out["dataset"]["name"])
     except ValueError as err:
@@ -525,9 +545,10 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def run_full(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budget | None
+def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budget | None
              = None, progress: bool = True, log=print, tag: str = "") -> dict | None:
-    """Train one model on the whole graph for one seed.
+    """Train one model for one seed: on the whole graph (mode 'full') or on sampled blocks
+    (mode 'minibatch', data-parallel under torchrun); evaluation is on the whole graph.
 
     Resumes from ``seed_dir/checkpoint.pt`` when it exists (returning the stored result at
     once when that run had finished). Returns the seed's result (scores, best epoch,
@@ -550,6 +571,11 @@ def run_full(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
     scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=t["epochs"])
                  if t["schedule"] == "cosine" else None)
 
+    rank = dist.get_rank() if minibatch.is_distributed() else 0
+    train_model = model
+    if minibatch.is_distributed():
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
     feat = dataset.features.to(device)
     if t["sparse_features"]:
@@ -558,6 +584,12 @@ def run_full(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
     labels = dataset.labels.to(device)
     masks = {s: getattr(dataset, f"{s}_mask").to(device) for s in ("train", "val", "test")}
     train_idx = masks["train"].nonzero().squeeze(1)
+    loader = None
+    if cfg["mode"] == "minibatch":  # blocks sampled on the CPU, features indexed on device
+        s_cfg = cfg["sampling"]
+        loader = minibatch.make_loader(graph, train_idx.cpu(), s_cfg["fanouts"],
+                                       s_cfg["batch_size"], seed,
+                                       use_ddp=minibatch.is_distributed())
 
     state = {"epoch": 0, "best": {"val": -math.inf, "epoch": None, "test": None,
                                    "train": None},
@@ -579,6 +611,8 @@ def run_full(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
         log(f"{tag}resuming from epoch {state['epoch']} ({ckpt_path})")
 
     def checkpoint():
+        if rank != 0:  # one writer; every process resumes from the same file
+            return
         save_checkpoint(ckpt_path, {
             "config": _comparable(cfg), "seed": seed, "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -593,18 +627,28 @@ def run_full(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
         for epoch in range(state["epoch"] + 1, t["epochs"] + 1):
             _sync(device)
             start = time.perf_counter()
-            model.train()
-            optimizer.zero_grad(set_to_none=True)
-            x = _input_dropout(feat, m["input_dropout"])
-            logits = model(graph, x)
-            loss = loss_fn(logits[train_idx], labels[train_idx], dataset.multilabel)
-            loss.backward()
-            optimizer.step()
+            if loader is None:
+                train_model.train()
+                optimizer.zero_grad(set_to_none=True)
+                x = _input_dropout(feat, m["input_dropout"])
+                logits = train_model(graph, x)
+                loss = loss_fn(logits[train_idx], labels[train_idx], dataset.multilabel)
+                loss.backward()
+                optimizer.step()
+                loss_value = float(loss.detach())
+            else:
+                if hasattr(loader, "set_epoch"):
+                    loader.set_epoch(epoch)
+                stats = minibatch.train_epoch(train_model, loader, feat, labels, optimizer,
+                                              device, dataset.multilabel,
+                                              input_dropout=m["input_dropout"])
+                loss_value = minibatch.all_reduce_mean({"loss": stats["loss"]},
+                                                       device)["loss"]
             if scheduler is not None:
                 scheduler.step()
             _sync(device)
             train_time = time.perf_counter() - start
-            row = {"epoch": epoch, "loss": float(loss.detach()), "time": train_time}
+            row = {"epoch": epoch, "loss": loss_value, "time": train_time}
             if epoch % t["eval_every"] == 0 or epoch == t["epochs"]:
                 start = time.perf_counter()
                 model.eval()
@@ -658,7 +702,8 @@ def run_full(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "history": state["history"],
     }
-    write_json(result_path, result)
+    if rank == 0:
+        write_json(result_path, result)
     return result
 
 
@@ -689,12 +734,9 @@ def _input_dropout(x, p):
 
 def _comparable(cfg):
     """The part of a config that decides a run's result (for resume checks)."""
-    return json.loads(json.dumps({k: cfg[k] for k in ("mode", "dataset", "model", "train")}))
-
-
-#: Training modes: name -> function(cfg, dataset, seed, device, seed_dir, budget, progress,
-#: log, tag) -> result or None. Mini-batch training registers here later.
-RUNNERS = {"full": run_full}
+    keys = ("mode", "dataset", "model", "train") + (("sampling",) if cfg["mode"] == "minibatch"
+                                                      else ())
+    return json.loads(json.dumps({k: cfg[k] for k in keys}))
 
 
 # --------------------------------------------------------------------------- experiments
@@ -748,7 +790,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
         epochs / seconds in this call (for machines with a time limit per command)
     dataset_cache : dict reused across calls to load each dataset once (scripts)
     """
-    dev = resolve_device(device)
+    rank, world, dev = minibatch.init_distributed(resolve_device(device))
     if resume is not None:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -774,13 +816,18 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
             loaded.append(f"dataset {d['name']}: {cache[dkey].summary()} "
                           f"(loaded in {time.perf_counter() - t0:.1f} s)")
     if resume is None:
-        run_dir = _run_dir(out, cfg["name"])
-        with open(run_dir / "config.yaml", "w") as f:
-            yaml.safe_dump(cfg, f, sort_keys=False)
-    log = _Logger(run_dir / "log.txt", quiet)
+        run_dir = None
+        if rank == 0:  # under torchrun, process 0 makes the run directory and writes the files
+            run_dir = _run_dir(out, cfg["name"])
+            with open(run_dir / "config.yaml", "w") as f:
+                yaml.safe_dump(cfg, f, sort_keys=False)
+        run_dir = Path(minibatch.broadcast_object(str(run_dir) if run_dir else None))
+    log = _Logger(run_dir / "log.txt", quiet) if rank == 0 else _Logger(None, quiet=True)
+    progress = progress and rank == 0
     env = environment(dev)
     log(f"run directory: {run_dir}")
-    log(f"device: {dev}; variants: {', '.join(variants)}; seeds: {cfg['train']['seeds']}")
+    log(f"device: {dev}" + (f" (x{world} processes)" if world > 1 else "")
+        + f"; variants: {', '.join(variants)}; seeds: {cfg['train']['seeds']}")
     for line in loaded:
         log(line)
     budget = Budget(stop_after_epochs, time_limit)
@@ -795,7 +842,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
             if budget.exhausted():
                 complete = False
                 break
-            res = RUNNERS[vcfg["mode"]](vcfg, dataset, seed, dev, run_dir / vname /
+            res = run_seed(vcfg, dataset, seed, dev, run_dir / vname /
                                         f"seed{seed}", budget=budget, progress=progress,
                                         log=log, tag=f"[{vname} seed {seed}] ")
             if res is None:
@@ -819,6 +866,9 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
             break
     results["complete"] = complete
     results["wall_seconds"] = time.perf_counter() - started
+    results["processes"] = world
+    if rank != 0:
+        return results
     write_json(run_dir / "results.json", results)
     log.quiet = False  # the summary is printed even with quiet
     for line in summary_lines(results):

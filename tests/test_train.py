@@ -53,10 +53,11 @@ def test_k_larger_than_hidden_is_rejected():
     assert small_config(**{"model.k": 32, "model.nonlinearity": "relu"})["model"]["k"] == 32
 
 
-def test_only_full_mode_for_now():
+def test_modes():
     assert small_config()["mode"] == "full"
-    with pytest.raises(T.ConfigError, match="'mode'.*minibatch"):
-        small_config(mode="minibatch")
+    assert small_config(mode="minibatch", sampling={"fanouts": [5, 5]})["mode"] == "minibatch"
+    with pytest.raises(T.ConfigError, match="'mode'.*'full', 'minibatch'"):
+        small_config(mode="streaming")
 
 
 def test_unknown_top_level_key_and_missing_required():
@@ -148,7 +149,7 @@ def planted():
 
 
 def _run(cfg, ds, tmp, budget=None):
-    return T.run_full(cfg, ds, 0, "cpu", tmp, budget=budget, progress=False,
+    return T.run_seed(cfg, ds, 0, "cpu", tmp, budget=budget, progress=False,
                       log=lambda line: None)
 
 

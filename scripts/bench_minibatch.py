@@ -1,0 +1,172 @@
+"""Mini-batch training throughput: ReLU vs MaxK on sampled blocks, on 1 and N GPUs.
+
+On an ogbn-products-sized generated graph (2,449,029 nodes, ~123.7M edges, 100 features, 47
+classes, 8% training seeds as in ogbn-products), GraphSAGE 3 x 256 with fan-outs 15,10,5 and
+batches of 1024 seeds: for each variant and GPU count, the time of ``--steps`` training steps
+per process after warm-up, the throughput in seed nodes per second (all processes together),
+the epoch time it implies, and where the time goes (sampling on the CPU, feature gathering and
+copying, compute). The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of
+``dgl.nn.SAGEConv`` with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU
+with the DGL wheels of the package index). Processes are forked, one per GPU, and joined
+through NCCL with DistributedDataParallel.
+
+    python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
+    python scripts/bench_minibatch.py --nodes 20000 --degree 10 --gpus 1 --device cpu --steps 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dgl_maxk import minibatch, ops  # noqa: E402
+from dgl_maxk.data import load_dataset  # noqa: E402
+from dgl_maxk.models import build_model  # noqa: E402
+
+# NVLink multicast stays off on the shared GPU hosts (see the README).
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+
+def build_data(args):
+    """The generated graph, its features and labels, and the training seeds (from the seed,
+    so every process builds the same)."""
+    data = load_dataset("powerlaw", self_loops=False, num_nodes=args.nodes,
+                        mean_degree=args.degree, num_features=args.features,
+                        num_classes=args.classes, seed=args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    train_idx = torch.randperm(args.nodes, generator=gen)[:int(args.nodes * args.train_fraction)]
+    return data.graph, data.features, data.labels, train_idx, args.classes
+
+
+def worker(rank, world, args, port, queue):
+    """One process: build the data, then time every variant; rank 0 reports each."""
+    # Each process builds the graph itself: forking after torch's OpenMP pool exists can hang
+    # DGL's sampler in the child, and pickling a 100M-edge graph to each process is slower.
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank, world, device = minibatch.init_distributed(torch.device(args.device))
+    t0 = time.perf_counter()
+    graph, feats, labels, train_idx, classes = build_data(args)
+    build_s = time.perf_counter() - t0
+    feats_d, labels_d = feats.to(device), labels.to(device)
+    for variant in args.variants:
+        torch.manual_seed(args.seed)
+        k = None if variant == "relu" else int(variant.split("k")[-1])
+        model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
+                            k=k or 32, dropout=0.5,
+                            nonlinearity="relu" if k is None else "maxk").to(device)
+        if world > 1:
+            model = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None)
+        opt = torch.optim.Adam(model.parameters(), lr=0.003)
+        loader = minibatch.make_loader(graph, train_idx, args.fanouts, args.batch_size,
+                                       args.seed, use_ddp=world > 1)
+        ops.CHECK_INPUTS = True
+        minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
+                              max_steps=args.warmup)
+        ops.CHECK_INPUTS = False  # inputs were validated in the warm-up: no syncs per step
+        if world > 1:
+            torch.distributed.barrier()
+        start = time.perf_counter()
+        stats = minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
+                                      max_steps=args.steps, timed=args.breakdown)
+        minibatch._sync(device)
+        stats["wall_s"] = time.perf_counter() - start
+        seeds = stats["seeds"]
+        stats = minibatch.all_reduce_mean(stats, device)
+        stats.update(variant=variant, seeds_total=seeds * world,
+                     graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
+        if rank == 0:
+            queue.put(stats)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=2_449_029)
+    parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
+    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--classes", type=int, default=47)
+    parser.add_argument("--train-fraction", type=float, default=0.08)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--variants", nargs="+", default=["relu", "maxk-k16", "maxk-k32"])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--steps", type=int, default=40, help="timed steps per process")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="synchronise at phase boundaries to split the time")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/minibatch")
+    args = parser.parse_args()
+    if len(args.fanouts) != args.layers:
+        parser.error(f"--fanouts needs one value per layer ({args.layers})")
+
+    ctx = mp.get_context("spawn")
+    results = []
+    for world in args.gpus:
+        if args.device == "cuda" and world > torch.cuda.device_count():
+            print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
+            continue
+        queue = ctx.SimpleQueue()
+        procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        for _ in args.variants:
+            stats = queue.get()
+            variant = stats["variant"]
+            nodes, edges, seeds, build_s = stats.pop("graph")
+            if not results:
+                print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
+                      f"(built in {build_s:.1f} s per process)", flush=True)
+            throughput = stats["seeds_total"] / stats["wall_s"]
+            row = {"variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
+                   "step_ms": stats["wall_s"] / args.steps * 1e3,
+                   "epoch_s_estimate": seeds / throughput,
+                   "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
+                   "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
+            results.append(row)
+            print(f"{variant:9s} x{world}: {throughput:10.0f} seeds/s, "
+                  f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
+                  + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
+                     f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
+                  flush=True)
+        for p in procs:
+            p.join()
+        if any(p.exitcode != 0 for p in procs):
+            raise SystemExit(f"a process on {world} device(s) failed")
+    lines = ["| variant | GPUs | seeds/s | ms/step | epoch (s, est.) | scaling vs 1 GPU | "
+             "speedup vs ReLU |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        one = next((o for o in results if o["variant"] == r["variant"] and o["gpus"] == 1), None)
+        relu = next((o for o in results if o["variant"] == "relu" and o["gpus"] == r["gpus"]),
+                    None)
+        scale = f"{r['throughput_seeds_per_s'] / one['throughput_seeds_per_s']:.2f}x" if one else ""
+        vs = (f"{r['throughput_seeds_per_s'] / relu['throughput_seeds_per_s']:.2f}x"
+              if relu else "")
+        lines.append(f"| {r['variant']} | {r['gpus']} | {r['throughput_seeds_per_s']:.0f} | "
+                     f"{r['step_ms']:.1f} | {r['epoch_s_estimate']:.1f} | {scale} | {vs} |")
+    table = "\n".join(lines)
+    print("\n" + table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "minibatch.json").write_text(json.dumps({"args": vars(args), "results": results},
+                                                   indent=2))
+    (out / "minibatch.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

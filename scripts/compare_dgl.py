@@ -1,0 +1,418 @@
+"""End-to-end training speed: dgl_maxk against stock DGL, cuSPARSE and PyG, in one run.
+
+For each graph and model (the paper's GraphSAGE / GCN / GIN), times full-graph training epochs
+(forward, backward, optimizer step; median over epochs after warm-up, CUDA events on a GPU)
+and peak GPU memory of:
+
+- ``dgl-relu``: stock DGL layers with ReLU, on the GPU when the installed DGL has CUDA, on the
+  CPU otherwise (the output says which; skipped above ``--dgl-cpu-max-edges`` on the CPU);
+- ``cusparse-relu``: the same ReLU model with its aggregation through ``torch.sparse.mm`` on a
+  CSR adjacency (cuSPARSE, the kernel DGL runs on GPUs): the GPU baseline;
+- ``pyg-relu``: the PyG model when ``torch_geometric`` is installed;
+- ``maxk-k<k>``: dgl_maxk for each k.
+
+It also times the baseline's aggregations alone (forward and backward of each layer's SpMM),
+prints the share of the baseline epoch they take, the Amdahl limit that share implies
+(1 / (1 - share)) and the fraction of it each MaxK run reaches. Writes a JSON file and a PNG
+plot; ``--profile`` adds a per-operation breakdown of one epoch of each model.
+
+    python scripts/compare_dgl.py --graphs reddit-sized products-sized --out runs/compare
+    python scripts/compare_dgl.py --graphs small --device cpu --epochs 3   # a CPU check
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import dgl_maxk  # noqa: E402
+from dgl_maxk import ops  # noqa: E402
+from dgl_maxk._dgl import dgl  # noqa: E402
+from dgl_maxk.data import load_dataset  # noqa: E402
+from dgl_maxk.models import build_model  # noqa: E402
+
+# name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
+GRAPHS = {
+    "reddit-sized": (232_965, 114_615_892 / 232_965, 602, 41, 4),
+    "products-sized": (2_449_029, 123_718_280 / 2_449_029, 100, 47, 3),
+    "small": (20_000, 20.0, 64, 10, 2),
+}
+
+
+def load_graph(name, root, seed):
+    """(graph, features, labels, train_mask, layers) for a generated or real graph."""
+    if name in GRAPHS:
+        nodes, degree, feats, classes, layers = GRAPHS[name]
+        data = load_dataset("powerlaw", self_loops=False, num_nodes=nodes, mean_degree=degree,
+                            num_features=feats, num_classes=classes, seed=seed)
+    else:
+        data = load_dataset(name, root=root)
+        layers = 3
+    labels = data.labels
+    return data.graph, data.features, labels, data.train_mask, layers, data.num_classes
+
+
+def stock_dgl_has_cuda(device):
+    """Whether the installed DGL can put a graph on the GPU (the PyPI wheels cannot)."""
+    try:
+        dgl.graph(([0], [0])).to(device)
+        return True
+    except Exception:  # DGLError "Device API cuda is not enabled", or a missing library
+        return False
+
+
+class Timer:
+    """Wall time of a region: CUDA events on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self.end.record()
+            self.end.synchronize()
+            self.ms = self.start.elapsed_time(self.end)
+        else:
+            self.ms = (time.perf_counter() - self.t0) * 1e3
+
+
+def loss_fn(logits, labels):
+    if labels.dim() == 2:
+        return F.binary_cross_entropy_with_logits(logits, labels)
+    return F.cross_entropy(logits, labels)
+
+
+def time_training(model, graph, feats, labels, mask, device, epochs, warmup):
+    """Median epoch time (ms) and peak memory (GiB, GPU only) of full-graph training."""
+    model = model.to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    for epoch in range(warmup + epochs):
+        with Timer(device) as t:
+            model.train()
+            opt.zero_grad(set_to_none=True)
+            logits = model(graph, feats)
+            loss_fn(logits[mask], labels[mask]).backward()
+            opt.step()
+        if epoch == 0:
+            ops.CHECK_INPUTS = False  # the inputs were validated once; keep the loop sync-free
+        if epoch >= warmup:
+            times.append(t.ms)
+    ops.CHECK_INPUTS = True
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return statistics.median(times), peak
+
+
+def time_aggregation(graph, width, norm, layers, device, repeats):
+    """Median time (ms) of `layers` dense SpMM forward + backward passes of the given width."""
+    plan = dgl_maxk.graph_plan(graph, device)
+    x = torch.randn(plan.num_src, width, device=device, requires_grad=True)
+    grad = torch.randn(plan.num_dst, width, device=device)
+    times = []
+    for i in range(repeats + 2):
+        with Timer(device) as t:
+            for _ in range(layers):
+                dgl_maxk.spmm(plan, x, norm=norm).backward(grad)
+        if i >= 2:
+            times.append(t.ms)
+    return statistics.median(times)
+
+
+AGG_NORM = {"sage": "right", "gcn": "both", "gin": "none"}
+
+
+class DGLReLU(torch.nn.Module):
+    """The paper's ReLU model built from stock dgl.nn layers."""
+
+    def __init__(self, name, in_feats, hidden, classes, layers, dropout):
+        super().__init__()
+        self.name, self.dropout = name, torch.nn.Dropout(dropout)
+        self.lin_in, self.lin_out = torch.nn.Linear(in_feats, hidden), torch.nn.Linear(hidden, classes)
+        norm = torch.nn.LayerNorm
+        if name == "sage":
+            self.convs = torch.nn.ModuleList(
+                dgl.nn.SAGEConv(hidden, hidden, "mean", feat_drop=dropout, norm=norm(hidden))
+                for _ in range(layers))
+        else:
+            self.linears = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden) for _ in range(layers))
+            self.norms = torch.nn.ModuleList(norm(hidden) for _ in range(layers))
+            self.convs = torch.nn.ModuleList(
+                dgl.nn.GraphConv(hidden, hidden, norm="both", weight=False,
+                                 allow_zero_in_degree=True) if name == "gcn"
+                else dgl.nn.GINConv(None, "sum", learn_eps=True) for _ in range(layers))
+
+    def forward(self, graph, x):
+        if self.name == "sage":
+            h = self.lin_in(x)
+            for conv in self.convs:
+                h = conv(graph, F.relu(h))
+            return self.lin_out(h)
+        h = F.relu(self.lin_in(x))
+        for lin, conv, norm in zip(self.linears, self.convs, self.norms):
+            h = norm(conv(graph, self.dropout(F.relu(lin(h)))))
+        return self.lin_out(h)
+
+
+def pyg_model(name, in_feats, hidden, classes, layers, dropout):
+    """The paper's ReLU model from PyG layers, or None when PyG is not installed."""
+    try:
+        import torch_geometric.nn as pyg
+    except ImportError:
+        return None
+
+    class PyGReLU(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dropout = torch.nn.Dropout(dropout)
+            self.lin_in, self.lin_out = torch.nn.Linear(in_feats, hidden), torch.nn.Linear(hidden, classes)
+            self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(hidden) for _ in range(layers))
+            if name == "sage":
+                self.convs = torch.nn.ModuleList(pyg.SAGEConv(hidden, hidden, "mean")
+                                                 for _ in range(layers))
+            else:
+                self.linears = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden)
+                                                   for _ in range(layers))
+                self.convs = torch.nn.ModuleList(
+                    pyg.GCNConv(hidden, hidden, add_self_loops=False) if name == "gcn"
+                    else pyg.GINConv(torch.nn.Identity(), train_eps=True) for _ in range(layers))
+
+        def forward(self, adj_t, x):
+            if name == "sage":
+                h = self.lin_in(x)
+                for conv, norm in zip(self.convs, self.norms):
+                    h = norm(conv(self.dropout(F.relu(h)), adj_t))
+                return self.lin_out(h)
+            h = F.relu(self.lin_in(x))
+            for lin, conv, norm in zip(self.linears, self.convs, self.norms):
+                h = norm(conv(self.dropout(F.relu(lin(h))), adj_t))
+            return self.lin_out(h)
+
+    return PyGReLU()
+
+
+def pyg_adjacency(graph, device):
+    """The transposed adjacency PyG's layers take: a CSR tensor over destination rows."""
+    plan = dgl_maxk.graph_plan(graph, device)
+    values = torch.ones(plan.num_edges, device=device)
+    return torch.sparse_csr_tensor(plan.indptr, plan.indices, values,
+                                   (plan.num_dst, plan.num_src))
+
+
+BREAKDOWN = (  # (operation, substrings of CUDA kernel names), first match wins
+    ("top-k (MaxK)", ("maxk", "topk", "sort", "radix")),
+    ("aggregation forward (CBSR)", ("spgemm",)),
+    ("aggregation backward (CBSR)", ("sspmm", "sddmm")),
+    ("aggregation (cuSPARSE)", ("csrmm", "cusparse", "spmm", "csr")),
+    ("linear layers (GEMM)", ("gemm", "cutlass", "sm90_xmma", "ampere_", "matmul")),
+    ("layer norm", ("layer_norm", "layernorm")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("dropout", ("dropout", "fused_dropout", "bernoulli")),
+)
+
+
+def profile_epoch(model, graph, feats, labels, mask, device):
+    """CUDA time per operation group over one training epoch (ms)."""
+    from torch.profiler import ProfilerActivity, profile
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(graph, feats)[mask], labels[mask]).backward()
+        opt.step()
+        torch.cuda.synchronize()
+    groups = {}
+    for event in prof.key_averages():
+        total = getattr(event, "self_device_time_total", 0) / 1e3
+        if total <= 0:
+            continue
+        name = event.key.lower()
+        group = next((g for g, keys in BREAKDOWN if any(s in name for s in keys)), "other")
+        groups[group] = groups.get(group, 0.0) + total
+    return dict(sorted(groups.items(), key=lambda kv: -kv[1]))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graphs", nargs="+", default=["reddit-sized", "products-sized"],
+                        help=f"generated graphs {sorted(GRAPHS)} or dataset names in the data root")
+    parser.add_argument("--models", nargs="+", default=["sage", "gcn", "gin"])
+    parser.add_argument("--ks", type=int, nargs="+", default=[8, 16, 32, 64])
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--epochs", type=int, default=10, help="timed epochs per run")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--root", default=None, help="data root for real datasets")
+    parser.add_argument("--dgl-cpu-max-edges", type=float, default=5e6,
+                        help="skip stock DGL on the CPU for graphs with more edges")
+    parser.add_argument("--profile", action="store_true", help="add a per-operation breakdown")
+    parser.add_argument("--out", default="runs/compare", help="output directory")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
+                          if args.device == "auto" else args.device)
+    dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
+    backend = ops.backend_for(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"torch": torch.__version__, "dgl": dgl.__version__, "python": platform.python_version(),
+           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+           "dgl_maxk_backend": backend, "stock_dgl_device": str(dgl_device)}
+    print(f"device {env['device']}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
+          + ("" if dgl_device == device else " (this DGL has no CUDA)"))
+    results = []
+    for graph_name in args.graphs:
+        torch.manual_seed(args.seed)
+        t0 = time.perf_counter()
+        graph, feats, labels, mask, layers, classes = load_graph(graph_name, args.root, args.seed)
+        print(f"\n## {graph_name}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges "
+              f"(built in {time.perf_counter() - t0:.1f} s), {layers} x {args.hidden}")
+        feats_d, labels_d, mask_d = feats.to(device), labels.to(device), mask.to(device)
+        t0 = time.perf_counter()
+        dgl_maxk.graph_plan(graph, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        plan_ms = (time.perf_counter() - t0) * 1e3
+        for model_name in args.models:
+            kwargs = dict(in_feats=feats.shape[1], hidden_feats=args.hidden, out_feats=classes,
+                          num_layers=layers, dropout=args.dropout)
+            rows = []
+
+            def record(variant, ms, peak, where, note=""):
+                rows.append({"graph": graph_name, "model": model_name, "variant": variant,
+                             "epoch_ms": ms, "peak_gib": peak, "device": str(where),
+                             "note": note})
+                mem = f"{peak:.2f} GiB" if peak is not None else "-"
+                print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
+                      f"  on {where} {note}", flush=True)
+
+            torch.manual_seed(args.seed)
+            base = build_model(model_name, nonlinearity="relu", **kwargs)
+            ms, peak = time_training(base, graph, feats_d, labels_d, mask_d, device,
+                                     args.epochs, args.warmup)
+            record("cusparse-relu", ms, peak, device)
+            agg_ms = time_aggregation(graph, args.hidden, AGG_NORM[model_name], layers, device,
+                                      args.epochs)
+            share = min(agg_ms / ms, 0.999)
+            limit = 1 / (1 - share)
+            if dgl_device.type == "cuda" or graph.num_edges() <= args.dgl_cpu_max_edges:
+                stock = DGLReLU(model_name, feats.shape[1], args.hidden, classes, layers,
+                                args.dropout)
+                g_stock = graph.to(dgl_device)
+                ms_dgl, peak_dgl = time_training(
+                    stock, g_stock, feats.to(dgl_device), labels.to(dgl_device),
+                    mask.to(dgl_device), dgl_device, max(1, args.epochs // 3), 1)
+                record("dgl-relu", ms_dgl, peak_dgl, dgl_device)
+            else:
+                print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
+                      f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
+            pyg = pyg_model(model_name, feats.shape[1], args.hidden, classes, layers,
+                            args.dropout)
+            if pyg is not None:
+                ms_pyg, peak_pyg = time_training(pyg, pyg_adjacency(graph, device), feats_d,
+                                                 labels_d, mask_d, device, args.epochs,
+                                                 args.warmup)
+                record("pyg-relu", ms_pyg, peak_pyg, device)
+            for k in args.ks:
+                torch.manual_seed(args.seed)
+                model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
+                ms_k, peak_k = time_training(model, graph, feats_d, labels_d, mask_d, device,
+                                             args.epochs, args.warmup)
+                speedup = ms / ms_k
+                record(f"maxk-k{k}", ms_k, peak_k, device,
+                       f"{speedup:.2f}x vs cusparse-relu, {speedup / limit:.0%} of the limit")
+                rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
+            for row in rows:
+                row.update(aggregation_ms=agg_ms, aggregation_share=share,
+                           amdahl_limit=limit, plan_ms=plan_ms)
+            print(f"  {model_name:4s} baseline aggregation {agg_ms:.1f} ms = {share:.0%} of the "
+                  f"epoch: Amdahl limit {limit:.2f}x")
+            if args.profile and device.type == "cuda":
+                for variant, model in (("cusparse-relu", base),
+                                       (f"maxk-k{args.ks[-1]}", model)):
+                    breakdown = profile_epoch(model, graph, feats_d, labels_d, mask_d, device)
+                    rows.append({"graph": graph_name, "model": model_name, "variant": variant,
+                                 "breakdown_ms": breakdown})
+                    print(f"  {model_name:4s} {variant} breakdown (ms): "
+                          + ", ".join(f"{g} {v:.1f}" for g, v in breakdown.items()))
+            results.extend(rows)
+        del graph, feats_d, labels_d, mask_d
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    table = markdown_table(results)
+    print("\n" + table)
+    (out / "compare.json").write_text(json.dumps({"environment": env, "args": vars(args),
+                                                  "results": results}, indent=2))
+    (out / "compare.md").write_text(table + "\n")
+    plot(results, out / "compare.png")
+    print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+
+
+def markdown_table(results):
+    lines = ["| graph | model | variant | device | epoch (ms) | peak (GiB) | speedup vs cuSPARSE "
+             "| Amdahl limit | fraction of limit |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "epoch_ms" not in r:
+            continue
+        peak = f"{r['peak_gib']:.2f}" if r["peak_gib"] is not None else "-"
+        speed = f"{r['speedup']:.2f}x" if "speedup" in r else ""
+        frac = f"{r['fraction_of_limit']:.0%}" if "fraction_of_limit" in r else ""
+        lines.append(f"| {r['graph']} | {r['model']} | {r['variant']} | {r['device']} | "
+                     f"{r['epoch_ms']:.1f} | {peak} | {speed} | {r['amdahl_limit']:.2f}x | {frac} |")
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install 'dgl_maxk[plot]')")
+        return
+    panels = sorted({(r["graph"], r["model"]) for r in results if "epoch_ms" in r})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
+    for ax, (graph, model) in zip(axes[0], panels):
+        rows = [r for r in results if r["graph"] == graph and r["model"] == model
+                and "epoch_ms" in r]
+        maxk = [r for r in rows if "speedup" in r]
+        ks = [int(r["variant"].split("k")[-1]) for r in maxk]
+        ax.plot(ks, [r["speedup"] for r in maxk], "o-", label="MaxK speedup vs cuSPARSE ReLU")
+        ax.axhline(rows[0]["amdahl_limit"], color="r", ls="--", label="Amdahl limit")
+        ax.axhline(1.0, color="gray", ls=":")
+        for r in rows:
+            if r["variant"] in ("dgl-relu", "pyg-relu"):
+                ax.axhline(rows[0]["epoch_ms"] / r["epoch_ms"], ls="-.", lw=1,
+                           label=f"{r['variant']} ({r['device']})")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("k")
+        ax.set_ylabel("speedup (epoch time ratio)")
+        ax.set_title(f"{graph} / {model}\nbaseline {rows[0]['epoch_ms']:.0f} ms/epoch")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

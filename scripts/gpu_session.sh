@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What the GPU machine runs for dgl_maxk's evidence, in phases that fit one device call each.
+#   bash scripts/gpu_session.sh tests|compare|minibatch [OUT_DIR]
+# Expects the wheels of ../shared/gpu/wheels.sh in .whl/ (carried to the machine).
+set -uo pipefail
+phase=${1:?phase: tests, compare or minibatch}
+out=${2:-${OUT:-runs/gpu}}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 DGLBACKEND=pytorch NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+nvidia-smi -L
+case $phase in
+  tests)
+    python3 -m pytest -q tests/ 2>&1 | tail -n 25 | tee "$out/tests.txt"
+    # the same quickstart through the kernels and through the pure-torch path
+    for backend in auto torch; do
+      echo "== quickstart, DGL_MAXK_BACKEND=$backend" | tee -a "$out/tests.txt"
+      DGL_MAXK_BACKEND=$backend python3 -m dgl_maxk train --config configs/quickstart.yaml \
+        --device cuda --seeds 5 --out /tmp/quickstart-$backend --no-progress --quiet 2>&1 \
+        | tail -n 4 | tee -a "$out/tests.txt"
+    done
+    ;;
+  compare)
+    python3 scripts/compare_dgl.py --graphs reddit-sized products-sized --profile \
+      --out "$out" 2>&1 | tee "$out/compare.log"
+    ;;
+  minibatch)
+    python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --out "$out" 2>&1 \
+      | tee "$out/minibatch.log"
+    echo "== torchrun, 2 GPUs: quickstart_minibatch" | tee -a "$out/minibatch.log"
+    torchrun --nproc_per_node=2 -m dgl_maxk train --config configs/quickstart_minibatch.yaml \
+      --device cuda --seeds 2 --out /tmp/qs-ddp --no-progress --quiet 2>&1 \
+      | tail -n 4 | tee -a "$out/minibatch.log"
+    ;;
+  *) echo "unknown phase $phase"; exit 2 ;;
+esac

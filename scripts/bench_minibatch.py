@@ -120,6 +120,9 @@ def main():
         if args.device == "cuda" and world > torch.cuda.device_count():
             print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
             continue
+        # One share of the cores per process: DGL's sampler (OpenMP) in every process using
+        # all cores oversubscribes them. Spawned processes inherit the variable.
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
         queue = ctx.SimpleQueue()
         procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
                  for r in range(world)]

@@ -24,11 +24,26 @@ _CHUNK_ELEMENTS = 1 << 24
 def maxk_cbsr(h: torch.Tensor, k: int):
     """The k largest entries of each row of ``h`` as CBSR (values, indices).
 
-    Ties are broken towards the lower column; each row's indices are ascending.
+    Ties are broken towards the lower column (as a stable descending sort would); each row's
+    indices are ascending. The k-th largest value of each row comes from ``torch.topk``; the
+    entries above it are kept, and as many entries equal to it as are still needed, lowest
+    columns first. Inputs with NaN (which ``torch.sort`` ranks highest and no comparison
+    matches) take the sort itself.
     """
-    top = torch.sort(h, dim=1, descending=True, stable=True).indices[:, :k]
-    indices = top.sort(dim=1).values
-    return h.gather(1, indices), indices.to(index_dtype(h.shape[1]))
+    n, d = h.shape
+    if n == 0:
+        return h.new_empty((0, k)), torch.empty((0, k), dtype=index_dtype(d), device=h.device)
+    kth = torch.topk(h, k, dim=1).values[:, k - 1:k]
+    greater = h > kth
+    tied = h == kth
+    need = k - greater.sum(1, keepdim=True)
+    keep = greater | (tied & (tied.cumsum(1) <= need))
+    if bool(torch.isnan(h).any()):
+        top = torch.sort(h, dim=1, descending=True, stable=True).indices[:, :k]
+        indices = top.sort(dim=1).values
+    else:
+        indices = keep.nonzero()[:, 1].view(n, k)
+    return h.gather(1, indices), indices.to(index_dtype(d))
 
 
 def _sparse_adjacency(indptr, indices, values, shape):

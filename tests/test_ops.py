@@ -307,3 +307,25 @@ def test_dense_multigraph_with_more_edges_than_matrix_entries(norm, h):
     c, _ = h.random_cbsr(n, 4, 2, requires_grad=True)
     assert gradcheck(lambda v, b: cbsr_spgemm(g, CBSR(v, c.indices, c.d), edge_weight=b,
                                               norm=norm), (c.values, w), **GRADCHECK)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_reference_maxk_is_the_stable_sort_definition(dtype):
+    """The reference's top-k shortcut keeps exactly what a stable descending sort keeps, on
+    inputs full of ties, signed zeros, infinities and (in some rows) NaN."""
+    from dgl_maxk.reference import maxk_cbsr
+    for trial in range(12):
+        d = int(torch.randint(1, 300, (1,)))
+        k = int(torch.randint(1, d + 1, (1,)))
+        h = torch.randint(-3, 4, (30, d)).to(dtype)
+        zeros = h == 0
+        h[zeros] = torch.where(torch.rand(int(zeros.sum())) < 0.5, -0.0, 0.0).to(dtype)
+        h[1, : min(3, d)] = float("inf")
+        h[2, : min(2, d)] = float("-inf")
+        if trial % 3 == 0:
+            h[0, d // 2] = float("nan")
+        values, indices = maxk_cbsr(h, k)
+        top = torch.sort(h, dim=1, descending=True, stable=True).indices[:, :k]
+        expected = top.sort(dim=1).values
+        assert torch.equal(indices.long(), expected), (trial, d, k)
+        assert torch.equal(values.view(torch.uint8), h.gather(1, expected).view(torch.uint8))

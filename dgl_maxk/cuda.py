@@ -32,6 +32,7 @@ fault is raised at the launch that caused it.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -112,11 +113,26 @@ def _kernel(name: str, func: str, defines: dict, device_index: int):
     return kern
 
 
+_streams: dict = {}
+
+
+def _cupy_stream(index: int):
+    """CuPy's handle on torch's current stream of device ``index`` (made once per stream)."""
+    import cupy
+    ptr = torch.cuda.current_stream(index).cuda_stream
+    if (index, ptr) not in _streams:
+        with warnings.catch_warnings():
+            # CuPy 14 deprecates ExternalStream for protocol-based wrapping; it still works
+            # and is what CuPy 13 (the cuda12 extra) has.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _streams[(index, ptr)] = cupy.cuda.ExternalStream(ptr, index)
+    return _streams[(index, ptr)]
+
+
 def _launch(kern, grid: int, block: int, args, smem: int, device: torch.device):
     import cupy
     index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(index)
-    with cupy.cuda.Device(index), cupy.cuda.ExternalStream(stream.cuda_stream, index):
+    with cupy.cuda.Device(index), _cupy_stream(index):
         if smem > _SMEM_DEFAULT and kern.max_dynamic_shared_size_bytes < smem:
             kern.max_dynamic_shared_size_bytes = smem
         kern((int(grid),), (int(block),), args, shared_mem=int(smem))

@@ -51,6 +51,7 @@ def _sparse_adjacency(indptr, indices, values, shape):
     # warning about skipping them) and its beta-state notice.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly")
         return torch.sparse_csr_tensor(indptr, indices, values, shape,
                                        check_invariants=False)
 

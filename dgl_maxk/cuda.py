@@ -32,6 +32,7 @@ fault is raised at the launch that caused it.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -79,8 +80,13 @@ def kernel_dir() -> Path:
 
 
 def _source(name: str) -> str:
+    """A kernel's source with its ``#include "<file>.cuh"`` lines replaced by those files
+    (so the compile needs no include path, and the cache key covers the headers)."""
     if name not in _sources:
-        _sources[name] = (kernel_dir() / f"{name}.cu").read_text()
+        folder = kernel_dir()
+        _sources[name] = re.sub(r'^#include "([\w.]+\.cuh)"\n',
+                                lambda m: (folder / m.group(1)).read_text(),
+                                (folder / f"{name}.cu").read_text(), flags=re.MULTILINE)
     return _sources[name]
 
 

@@ -34,32 +34,7 @@
 #define IDX_BYTES 1
 #endif
 
-#define P_S (32 / P_L)
-#define FULL_MASK 0xffffffffu
-
-#if IDX_BYTES == 1
-typedef unsigned char idx_t;
-#define IDX_TO_INT(x) ((int)(x))
-#else
-typedef short idx_t;
-#define IDX_TO_INT(x) ((int)(unsigned short)(x))
-#endif
-
-#if VAL_KIND == 0
-typedef float val_t;
-__device__ __forceinline__ float to_f32(float v) { return v; }
-#else
-typedef unsigned short val_t;
-__device__ __forceinline__ float to_f32(unsigned short v) {
-#if VAL_KIND == 1
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-#else
-    return __uint_as_float(((unsigned int)v) << 16);
-#endif
-}
-#endif
+#include "cbsr_types.cuh"
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, P_MINB)
 cbsr_sddmm(const int* __restrict__ group_row, const long long* __restrict__ group_start,

@@ -1,6 +1,6 @@
 """Install dgl_maxk's layers in place of DGL's, so existing code gets MaxK without edits.
 
->>> import dgl, dgl_maxk
+>>> import dgl_maxk, dgl
 >>> dgl_maxk.install(k=32)            # dgl.nn.SAGEConv(...) now builds dgl_maxk.nn.SAGEConv
 >>> conv = dgl.nn.SAGEConv(256, 256, "mean")
 >>> conv.k

@@ -34,7 +34,7 @@ class GINConv(dgl.nn.GINConv):
 
     Example
     -------
-    >>> import dgl, torch
+    >>> import dgl_maxk, dgl, torch
     >>> from dgl_maxk.nn import GINConv
     >>> g = dgl.rand_graph(100, 500)
     >>> conv = GINConv(torch.nn.Linear(64, 32), "sum", learn_eps=True, k=16)

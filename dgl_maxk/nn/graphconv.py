@@ -40,7 +40,7 @@ class GraphConv(dgl.nn.GraphConv):
 
     Example
     -------
-    >>> import dgl, torch
+    >>> import dgl_maxk, dgl, torch
     >>> from dgl_maxk.nn import GraphConv
     >>> g = dgl.add_self_loop(dgl.rand_graph(100, 500))
     >>> conv = GraphConv(64, 64, norm="both", weight=False, k=8)

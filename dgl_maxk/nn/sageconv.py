@@ -42,7 +42,7 @@ class SAGEConv(dgl.nn.SAGEConv):
 
     Example
     -------
-    >>> import dgl, torch
+    >>> import dgl_maxk, dgl, torch
     >>> from dgl_maxk.nn import SAGEConv
     >>> g = dgl.add_self_loop(dgl.rand_graph(100, 500))
     >>> conv = SAGEConv(64, 32, "mean", k=16)

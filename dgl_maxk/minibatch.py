@@ -9,6 +9,7 @@ and :func:`all_reduce_mean` averages the numbers each process measures.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -77,9 +78,10 @@ def _sync(device):
 
 
 def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
-                max_steps=None, timed=False, input_dropout=0.0):
+                max_steps=None, timed=False, input_dropout=0.0, autocast=contextlib.nullcontext):
     """One pass over ``loader``. ``features``/``labels`` are indexed by node id (on any
-    device); ``input_dropout`` applies to the gathered input features. Returns the mean loss, the seed count, and with ``timed`` the seconds spent in
+    device); ``input_dropout`` applies to the gathered input features; ``autocast`` makes the
+    context the forward pass runs in (mixed precision). Returns the mean loss, the seed count, and with ``timed`` the seconds spent in
     sampling, feature/label gathering and copying, and compute (which then synchronises with
     the GPU at each phase boundary)."""
     model.train()
@@ -100,9 +102,10 @@ def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
             _sync(device)
         t2 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        logits = model(blocks, F.dropout(x, input_dropout) if input_dropout else x)
-        loss = (F.binary_cross_entropy_with_logits(logits, y) if multilabel
-                else F.cross_entropy(logits, y))
+        with autocast():
+            logits = model(blocks, F.dropout(x, input_dropout) if input_dropout else x).float()
+            loss = (F.binary_cross_entropy_with_logits(logits, y) if multilabel
+                    else F.cross_entropy(logits, y))
         loss.backward()
         optimizer.step()
         loss_sum += loss.detach() * len(output_nodes)

@@ -166,6 +166,9 @@ SCHEMA = {
         "eval_every": Field(int, 1, check=_positive),
         "log_every": Field(int, 1, check=_positive),
         "checkpoint_every": Field(int, 50, check=_non_negative),
+        "precision": Field(str, "fp32", choices=("fp32", "bf16"),
+                           doc="bf16: torch.autocast with bfloat16 (MaxK values in bf16, "
+                               "aggregation accumulated in fp32)"),
         "sparse_features": Field(bool, False,
                                  doc="feed the input features to lin_in as a sparse matrix "
                                      "(same result; much faster for bag-of-words features "
@@ -584,6 +587,10 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
     labels = dataset.labels.to(device)
     masks = {s: getattr(dataset, f"{s}_mask").to(device) for s in ("train", "val", "test")}
     train_idx = masks["train"].nonzero().squeeze(1)
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16,
+                              enabled=t["precision"] == "bf16")
+
     loader = None
     if cfg["mode"] == "minibatch":  # blocks sampled on the CPU, features indexed on device
         s_cfg = cfg["sampling"]
@@ -631,8 +638,10 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
                 train_model.train()
                 optimizer.zero_grad(set_to_none=True)
                 x = _input_dropout(feat, m["input_dropout"])
-                logits = train_model(graph, x)
-                loss = loss_fn(logits[train_idx], labels[train_idx], dataset.multilabel)
+                with autocast():
+                    logits = train_model(graph, x)
+                    loss = loss_fn(logits[train_idx].float(), labels[train_idx],
+                                   dataset.multilabel)
                 loss.backward()
                 optimizer.step()
                 loss_value = float(loss.detach())
@@ -641,7 +650,8 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
                     loader.set_epoch(epoch)
                 stats = minibatch.train_epoch(train_model, loader, feat, labels, optimizer,
                                               device, dataset.multilabel,
-                                              input_dropout=m["input_dropout"])
+                                              input_dropout=m["input_dropout"],
+                                              autocast=autocast)
                 loss_value = minibatch.all_reduce_mean({"loss": stats["loss"]},
                                                        device)["loss"]
             if scheduler is not None:
@@ -652,8 +662,8 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
             if epoch % t["eval_every"] == 0 or epoch == t["epochs"]:
                 start = time.perf_counter()
                 model.eval()
-                with torch.no_grad():
-                    logits = model(graph, feat)
+                with torch.no_grad(), autocast():
+                    logits = model(graph, feat).float()
                 for split in ("train", "val", "test"):
                     row[split] = evaluate(logits, labels, masks[split], metric, evaluator)
                 _sync(device)

@@ -48,6 +48,7 @@ from torch.nn import functional as F
 
 from . import data as _data
 from . import minibatch
+from ._dgl import dgl
 from .models import MODELS, build_model
 
 __all__ = ["ConfigError", "SCHEMA", "load_config", "validate_config", "apply_overrides",
@@ -591,12 +592,16 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
         return torch.autocast(device.type, dtype=torch.bfloat16,
                               enabled=t["precision"] == "bf16")
 
-    loader = None
-    if cfg["mode"] == "minibatch":  # blocks sampled on the CPU, features indexed on device
+    def epoch_loader(epoch):
+        """A fresh loader per epoch: DGL's shuffles its seed order in place, so a long-lived
+        one would make each epoch's order depend on all earlier ones (and break resume)."""
+        # DGL's sampler has its own generator, which checkpoints cannot hold: seed it from
+        # (seed, epoch) so a resumed run samples what an uninterrupted one does.
+        dgl.seed(seed * 100_003 + epoch)
         s_cfg = cfg["sampling"]
-        loader = minibatch.make_loader(graph, train_idx.cpu(), s_cfg["fanouts"],
-                                       s_cfg["batch_size"], seed,
-                                       use_ddp=minibatch.is_distributed())
+        return minibatch.make_loader(graph, train_idx.cpu(), s_cfg["fanouts"],
+                                     s_cfg["batch_size"], seed * 100_003 + epoch,
+                                     use_ddp=minibatch.is_distributed())
 
     state = {"epoch": 0, "best": {"val": -math.inf, "epoch": None, "test": None,
                                    "train": None},
@@ -634,7 +639,7 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
         for epoch in range(state["epoch"] + 1, t["epochs"] + 1):
             _sync(device)
             start = time.perf_counter()
-            if loader is None:
+            if cfg["mode"] == "full":
                 train_model.train()
                 optimizer.zero_grad(set_to_none=True)
                 x = _input_dropout(feat, m["input_dropout"])
@@ -646,10 +651,8 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
                 optimizer.step()
                 loss_value = float(loss.detach())
             else:
-                if hasattr(loader, "set_epoch"):
-                    loader.set_epoch(epoch)
-                stats = minibatch.train_epoch(train_model, loader, feat, labels, optimizer,
-                                              device, dataset.multilabel,
+                stats = minibatch.train_epoch(train_model, epoch_loader(epoch), feat, labels,
+                                              optimizer, device, dataset.multilabel,
                                               input_dropout=m["input_dropout"],
                                               autocast=autocast)
                 loss_value = minibatch.all_reduce_mean({"loss": stats["loss"]},
@@ -728,7 +731,8 @@ class SparseInputLinear(torch.nn.Module):
     def forward(self, x):
         if not x.is_sparse:
             return F.linear(x, self.weight, self.bias)
-        out = torch.sparse.mm(x, self.weight.t())
+        with torch.autocast(x.device.type, enabled=False):  # sparse mm has no bf16 backward
+            out = torch.sparse.mm(x, self.weight.t())
         return out if self.bias is None else out + self.bias
 
 

@@ -172,19 +172,22 @@ def test_training_learns(planted, tmp_path):
     assert res["best_val"] > 0.5  # 5 classes: chance is 0.2
 
 
-@pytest.mark.parametrize("mode", ["full", "minibatch"])
-def test_bf16_precision_trains_with_bf16_maxk_values(mode, planted, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode, sparse", [("full", False), ("full", True),
+                                          ("minibatch", False)])
+def test_bf16_precision_trains_with_bf16_maxk_values(mode, sparse, planted, tmp_path,
+                                                     monkeypatch):
     from dgl_maxk import ops
     seen = []
     original = ops._MaxK.apply
     monkeypatch.setattr(ops._MaxK, "apply", lambda h, k: seen.append(h.dtype) or original(h, k))
-    cfg = small_config(**{"train.epochs": 30, "train.checkpoint_every": 0,
+    cfg = small_config(**{"train.epochs": 60, "train.checkpoint_every": 0,
                           "train.precision": "bf16", "mode": mode,
+                          "train.sparse_features": sparse,
                           "sampling.fanouts": [5, 5], "sampling.batch_size": 16})
     res = _run(cfg, planted, tmp_path)
     assert torch.bfloat16 in seen  # autocast was in effect around MaxK
     assert res["history"][-1]["loss"] < 0.8 * res["history"][0]["loss"]
-    assert res["best_val"] > 0.4
+    assert res["best_val"] > 0.45  # 5 classes: chance is 0.2
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gin"])

@@ -72,9 +72,17 @@ def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
                                       ddp_seed=seed, num_workers=0)
 
 
-def _sync(device):
+def synchronize(device):
+    """Wait for the device's queued work (no-op on the CPU), before reading a host clock."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def loss_fn(logits, labels, multilabel):
+    """Binary cross-entropy for multi-label data, cross-entropy otherwise."""
+    if multilabel:
+        return F.binary_cross_entropy_with_logits(logits, labels)
+    return F.cross_entropy(logits, labels)
 
 
 def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
@@ -99,18 +107,17 @@ def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
         x = features[input_nodes.to(features.device)].to(device, non_blocking=True)
         y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
         if timed:
-            _sync(device)
+            synchronize(device)
         t2 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             logits = model(blocks, F.dropout(x, input_dropout) if input_dropout else x).float()
-            loss = (F.binary_cross_entropy_with_logits(logits, y) if multilabel
-                    else F.cross_entropy(logits, y))
+            loss = loss_fn(logits, y, multilabel)
         loss.backward()
         optimizer.step()
         loss_sum += loss.detach() * len(output_nodes)
         if timed:
-            _sync(device)
+            synchronize(device)
         t3 = time.perf_counter()
         stats["sample_s"] += t1 - t0
         stats["copy_s"] += t2 - t1

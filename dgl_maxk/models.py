@@ -11,7 +11,6 @@ a DGLGraph (full-graph training) or a list of one block per layer (mini-batch tr
 """
 from __future__ import annotations
 
-import torch
 from torch import nn
 from torch.nn import functional as F
 

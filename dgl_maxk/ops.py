@@ -31,15 +31,16 @@ def backend_for(tensor: torch.Tensor):
     return reference
 
 
-def check_features(name: str, x: torch.Tensor, rows: int | None = None):
-    """Raise a ValueError naming the problem if ``x`` cannot be aggregated."""
+def check_features(name: str, x: torch.Tensor, rows: int | None = None, nan: bool = True):
+    """Raise a ValueError naming the problem if ``x`` cannot be aggregated. ``nan=False``
+    skips the NaN scan (for tensors the caller has scanned already)."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
         raise ValueError(f"{name} must be floating point, got {x.dtype}")
     if rows is not None and x.shape[0] != rows:
         raise ValueError(f"{name} has {x.shape[0]} rows but the graph has {rows} nodes there")
-    if CHECK_INPUTS:
+    if CHECK_INPUTS and nan:
         bad = torch.isnan(x)
         if bad.any():
             where = bad.nonzero()[0].tolist()
@@ -63,7 +64,7 @@ class _MaxK(torch.autograd.Function):
         return grad.scatter_(1, indices.long(), grad_values), None
 
 
-def maxk(h: torch.Tensor, k: int) -> CBSR:
+def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
     r"""MaxK nonlinearity: keep the k largest entries of each row of ``h`` (sign kept).
 
     .. math:: \mathrm{MaxK}(h)_{ij} = h_{ij} \text{ if } h_{ij} \text{ is among the k largest
@@ -76,8 +77,11 @@ def maxk(h: torch.Tensor, k: int) -> CBSR:
     ----------
     h : Tensor, shape (N, d), floating point
     k : int, 1 <= k <= d
+    check_nan : bool
+        Scan ``h`` for NaN (a GPU synchronisation); the layers pass False for inputs they
+        have scanned already.
     """
-    check_features("maxk input", h)
+    check_features("maxk input", h, nan=check_nan)
     if h.dim() != 2:
         raise ValueError(f"maxk input must be N x d, got shape {tuple(h.shape)}")
     d = h.shape[1]
@@ -155,7 +159,8 @@ def _plan_and_edges(graph, x, num_src, norm, edge_weight):
     return plan, plan.edge_values(norm, edge_weight, dtype)
 
 
-def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none") -> torch.Tensor:
+def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
+                check_nan: bool = True) -> torch.Tensor:
     r"""Aggregate CBSR features over a graph: :math:`Y = A X`, dense ``num_dst x d``.
 
     .. math:: Y_r = \sum_{e = (c \to r)} w_e \, s_{src}(c) \, s_{dst}(r) \, X_c
@@ -172,29 +177,34 @@ def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none") -> torch.T
     x : CBSR of shape (num_src, d)
     edge_weight : Tensor (num_edges,) or (num_edges, 1), optional
     norm : 'none' | 'left' | 'right' | 'both'
+    check_nan : bool
+        Scan ``x.values`` for NaN (a GPU synchronisation); False for values scanned already.
     """
     if not isinstance(x, CBSR):
         raise ValueError(f"cbsr_spgemm takes CBSR features, got {type(x).__name__}")
-    check_features("CBSR values", x.values)
+    check_features("CBSR values", x.values, nan=check_nan)
     plan, edge_values = _plan_and_edges(graph, x.values, x.shape[0], norm, edge_weight)
     return _CBSRSpGEMM.apply(plan, edge_values, x.values, x.indices, x.d)
 
 
-def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none") -> torch.Tensor:
+def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
+         check_nan: bool = True) -> torch.Tensor:
     """Aggregate dense features: :math:`Y = A X` with A as in :func:`cbsr_spgemm`.
 
     Runs ``torch.sparse.mm`` on a CSR tensor (cuSPARSE on GPUs, the kernel DGL uses there).
     Features with more than two dimensions are aggregated over their flattened trailing ones.
+    ``check_nan`` as in :func:`cbsr_spgemm`.
     """
-    check_features("features", x)
+    check_features("features", x, nan=check_nan)
     plan, edge_values = _plan_and_edges(graph, x, x.shape[0], norm, edge_weight)
     flat = x.reshape(x.shape[0], -1)
     out = _SpMM.apply(plan, edge_values, flat)
     return out.reshape((plan.num_dst,) + tuple(x.shape[1:]))
 
 
-def aggregate(graph, x, edge_weight=None, norm: str = "none") -> torch.Tensor:
+def aggregate(graph, x, edge_weight=None, norm: str = "none", *,
+              check_nan: bool = True) -> torch.Tensor:
     """:func:`cbsr_spgemm` for CBSR features, :func:`spmm` for dense ones."""
     if isinstance(x, CBSR):
-        return cbsr_spgemm(graph, x, edge_weight, norm)
-    return spmm(graph, x, edge_weight, norm)
+        return cbsr_spgemm(graph, x, edge_weight, norm, check_nan=check_nan)
+    return spmm(graph, x, edge_weight, norm, check_nan=check_nan)

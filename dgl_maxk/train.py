@@ -48,6 +48,7 @@ from torch.nn import functional as F
 
 from . import data as _data
 from . import minibatch
+from .minibatch import loss_fn, synchronize
 from ._dgl import dgl
 from .models import MODELS, build_model
 
@@ -417,12 +418,6 @@ def evaluate(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, met
     raise ValueError(f"unknown metric {metric!r}")
 
 
-def loss_fn(logits, labels, multilabel):
-    if multilabel:
-        return F.binary_cross_entropy_with_logits(logits, labels)
-    return F.cross_entropy(logits, labels)
-
-
 # --------------------------------------------------------------------------- helpers
 
 
@@ -544,11 +539,6 @@ class Budget:
 # --------------------------------------------------------------------------- full-graph run
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budget | None
              = None, progress: bool = True, log=print, tag: str = "") -> dict | None:
     """Train one model for one seed: on the whole graph (mode 'full') or on sampled blocks
@@ -637,7 +627,7 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
     stopped = False
     try:
         for epoch in range(state["epoch"] + 1, t["epochs"] + 1):
-            _sync(device)
+            synchronize(device)
             start = time.perf_counter()
             if cfg["mode"] == "full":
                 train_model.train()
@@ -659,7 +649,7 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
                                                        device)["loss"]
             if scheduler is not None:
                 scheduler.step()
-            _sync(device)
+            synchronize(device)
             train_time = time.perf_counter() - start
             row = {"epoch": epoch, "loss": loss_value, "time": train_time}
             if epoch % t["eval_every"] == 0 or epoch == t["epochs"]:
@@ -669,7 +659,7 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
                     logits = model(graph, feat).float()
                 for split in ("train", "val", "test"):
                     row[split] = evaluate(logits, labels, masks[split], metric, evaluator)
-                _sync(device)
+                synchronize(device)
                 row["eval_time"] = time.perf_counter() - start
                 state["eval_seconds"] += row["eval_time"]
                 if row["val"] > state["best"]["val"]:

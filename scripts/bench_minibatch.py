@@ -78,7 +78,7 @@ def worker(rank, world, args, port, queue):
         start = time.perf_counter()
         stats = minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
                                       max_steps=args.steps, timed=args.breakdown)
-        minibatch._sync(device)
+        minibatch.synchronize(device)
         stats["wall_s"] = time.perf_counter() - start
         seeds = stats["seeds"]
         stats = minibatch.all_reduce_mean(stats, device)

@@ -14,7 +14,6 @@ histories, results.json) lands under ``--out``. The summary files are
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

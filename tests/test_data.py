@@ -6,7 +6,6 @@ import builtins
 import gzip
 import json
 import os
-import shutil
 import stat
 import time
 from pathlib import Path

@@ -82,7 +82,7 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
             raise ValueError(f"{name} must be a torch.Tensor or CBSR, got {type(x).__name__}")
         _check_one(name, x, width)
         if k is not None and not isinstance(x, CBSR):
-            x = maxk(x, k)
+            x = maxk(x, k, check_nan=False)  # scanned just above
         if dropout is not None:
             x = x.with_values(dropout(x.values)) if isinstance(x, CBSR) else dropout(x)
         return x

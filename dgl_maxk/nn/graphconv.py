@@ -76,9 +76,9 @@ class GraphConv(dgl.nn.GraphConv):
         if isinstance(src, torch.Tensor) and self._in_feats > self._out_feats:
             if weight is not None:
                 src = torch.matmul(src, weight)
-            rst = aggregate(plan, src, edge_weight, self._norm)
+            rst = aggregate(plan, src, edge_weight, self._norm, check_nan=False)
         else:
-            rst = aggregate(plan, src, edge_weight, self._norm)
+            rst = aggregate(plan, src, edge_weight, self._norm, check_nan=False)
             if weight is not None:
                 rst = torch.matmul(rst, weight)
         if self.bias is not None:

@@ -1,6 +1,8 @@
 """GraphSAGE layer with MaxK aggregation."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._dgl import dgl
@@ -74,13 +76,14 @@ class SAGEConv(dgl.nn.SAGEConv):
             return super().forward(graph, feat, edge_weight)
         src, dst, plan = split_features(graph, feat, self.k, self.feat_drop,
                                         (self._in_src_feats, self._in_dst_feats))
+        agg = functools.partial(aggregate, plan, check_nan=False)  # scanned by split_features
         # DGL projects before aggregating when that is cheaper; never on sparse input.
         lin_before_mp = isinstance(src, torch.Tensor) and self._in_src_feats > self._out_feats
         if self._aggre_type == "mean":
             if lin_before_mp:
-                h_neigh = aggregate(plan, self.fc_neigh(src), edge_weight, "right")
+                h_neigh = agg(self.fc_neigh(src), edge_weight, "right")
             else:
-                h_neigh = self.fc_neigh(aggregate(plan, src, edge_weight, "right"))
+                h_neigh = self.fc_neigh(agg(src, edge_weight, "right"))
             rst = self.fc_self(dense(dst)) + h_neigh
         else:  # gcn: (sum of neighbours + self) / (in-degree + 1)
             if isinstance(feat, tuple) and dense(src).shape[1:] != dense(dst).shape[1:]:
@@ -88,10 +91,10 @@ class SAGEConv(dgl.nn.SAGEConv):
                                  "of the same width")
             scale = (plan.in_degrees.to(torch.float32) + 1).unsqueeze(-1)
             if lin_before_mp:
-                h_neigh = (aggregate(plan, self.fc_neigh(src), edge_weight)
+                h_neigh = (agg(self.fc_neigh(src), edge_weight)
                            + self.fc_neigh(dst)) / scale.to(dst.dtype)
             else:
-                total = aggregate(plan, src, edge_weight) + dense(dst)
+                total = agg(src, edge_weight) + dense(dst)
                 h_neigh = self.fc_neigh(total / scale.to(total.dtype))
             rst = h_neigh if self.bias is None else h_neigh + self.bias
         if self.activation is not None:

@@ -38,11 +38,16 @@ import torch
 
 from ._dgl import dgl
 
-__all__ = ["Dataset", "DatasetNotFound", "load_dataset", "dataset_names", "DATASETS",
+__all__ = ["Dataset", "DatasetError", "DatasetNotFound", "load_dataset", "dataset_names", "DATASETS",
            "data_root", "layout", "planted_partition", "power_law_graph"]
 
 
-class DatasetNotFound(FileNotFoundError):
+class DatasetError(ValueError):
+    """A dataset cannot be loaded (missing or unreadable files, bad parameters); the message
+    names the dataset, the file and what to do."""
+
+
+class DatasetNotFound(DatasetError, FileNotFoundError):
     """A real dataset is not on disk; the message says which files to put where."""
 
 

@@ -51,13 +51,10 @@ from . import minibatch
 from .minibatch import loss_fn, synchronize
 from ._dgl import dgl
 from .models import MODELS, build_model
+from .training.errors import ConfigError
 
 __all__ = ["ConfigError", "SCHEMA", "load_config", "validate_config", "apply_overrides",
            "expand_variants", "run_experiment", "run_seed", "evaluate"]
-
-
-class ConfigError(ValueError):
-    """A config is invalid; the message names the key."""
 
 
 REQUIRED = object()

@@ -1,0 +1,1 @@
+"""Training MaxK-GNN models from configs (being assembled; see ARCHITECTURE.md)."""

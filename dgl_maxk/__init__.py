@@ -1,15 +1,17 @@
 """dgl_maxk: MaxK-GNN for DGL.
 
 MaxK nonlinearity, CBSR features, and CBSR aggregation kernels behind drop-in replacements
-for ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv``.
+for ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv``. The layers, from the bottom up:
+``_dgl`` (the one DGL import point), ``sparse`` (CBSR, graph plans, input checks),
+``backends`` (pure torch, CUDA), ``ops`` (the operators), ``nn`` and ``patch``, ``models``,
+``data``, ``training`` and ``cli`` (see ARCHITECTURE.md).
 """
 from ._dgl import dgl  # noqa: F401  (applies DGL's compatibility fix first)
-from .cbsr import CBSR
-from .graph_plan import GraphPlan, graph_plan
+from .sparse import CBSR, GraphPlan, graph_plan, input_checks
 from .ops import aggregate, cbsr_spgemm, maxk, spmm
 from .patch import install, installed, is_installed, uninstall
 from . import models, nn  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["CBSR", "GraphPlan", "graph_plan", "maxk", "cbsr_spgemm", "spmm", "aggregate",
-           "install", "uninstall", "installed", "is_installed", "nn", "models"]
+__all__ = ["CBSR", "GraphPlan", "graph_plan", "input_checks", "maxk", "cbsr_spgemm", "spmm",
+           "aggregate", "install", "uninstall", "installed", "is_installed", "nn", "models"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 from torch import nn
 from torch.nn import functional as F
 
-from .cbsr import CBSR
 from .nn import GINConv, GraphConv, SAGEConv
 from .ops import maxk
+from .sparse import CBSR, check_k
 
 NONLINEARITIES = ("maxk", "relu")
 
@@ -42,9 +42,7 @@ class MaxKGNN(nn.Module):
                              f"{nonlinearity!r}")
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
-        if nonlinearity == "maxk" and not 1 <= k <= hidden_feats:
-            raise ValueError(f"k = {k} must be in [1, hidden_feats = {hidden_feats}]")
-        self.k = k if nonlinearity == "maxk" else None
+        self.k = check_k(k, hidden_feats, "hidden_feats") if nonlinearity == "maxk" else None
         self.nonlinearity = nonlinearity
         self.num_layers = num_layers
         self.dropout = nn.Dropout(dropout)

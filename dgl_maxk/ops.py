@@ -1,57 +1,28 @@
 """The MaxK operators: MaxK to CBSR, and aggregation of CBSR (or dense) features over a graph.
 
-Each operator is a ``torch.autograd.Function`` over one backend: the CUDA kernels of
-:mod:`dgl_maxk.cuda` for CUDA tensors when CuPy can run them, the pure-torch functions of
-:mod:`dgl_maxk.reference` otherwise (same signatures, same results). Setting the environment
-variable ``DGL_MAXK_BACKEND=torch`` forces the pure-torch path everywhere.
+Three thin layers per operator: an autograd ``Function`` that calls the backend chosen for the
+tensor (:func:`dgl_maxk.backends.for_tensor`: the CUDA kernels, or the pure-torch reference),
+and the documented function below that checks its inputs and calls the Function.
+
+Aggregations return the dtype of the features they were given and accumulate in fp32 (fp64
+for fp64 features), outside autocast, so half-precision models stay in half precision as
+DGL's do.
 """
 from __future__ import annotations
 
-import numbers
-import os
+import math
 
 import torch
 
-from . import reference
+from . import backends
 from ._dgl import DGLError
-from .cbsr import CBSR, index_dtype
-from .graph_plan import GraphPlan, graph_plan
-
-#: Validate operator inputs (NaN scan included). The scan synchronises with the GPU once per
-#: call; a tuned training loop may turn it off after its first steps.
-CHECK_INPUTS = True
-
-
-def backend_for(tensor: torch.Tensor):
-    """The module whose kernels serve ``tensor``: dgl_maxk.cuda or dgl_maxk.reference."""
-    if tensor.is_cuda and os.environ.get("DGL_MAXK_BACKEND", "auto") != "torch":
-        from . import cuda
-        if cuda.available():
-            return cuda
-    return reference
-
-
-def check_features(name: str, x: torch.Tensor, rows: int | None = None, nan: bool = True):
-    """Raise a ValueError naming the problem if ``x`` cannot be aggregated. ``nan=False``
-    skips the NaN scan (for tensors the caller has scanned already)."""
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be floating point, got {x.dtype}")
-    if rows is not None and x.shape[0] != rows:
-        raise ValueError(f"{name} has {x.shape[0]} rows but the graph has {rows} nodes there")
-    if CHECK_INPUTS and nan:
-        bad = torch.isnan(x)
-        if bad.any():
-            where = bad.nonzero()[0].tolist()
-            raise ValueError(f"{name} contains {int(bad.sum())} NaN value(s), the first at "
-                             f"index {tuple(where)}")
+from .sparse import CBSR, GraphPlan, check_features, check_k, graph_plan, index_dtype
 
 
 class _MaxK(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, k):
-        values, indices = backend_for(h).maxk_cbsr(h, k)
+        values, indices = backends.for_tensor(h).maxk_cbsr(h, k)
         ctx.save_for_backward(indices)
         ctx.width = h.shape[1]
         ctx.mark_non_differentiable(indices)
@@ -71,26 +42,29 @@ def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
               of row } i, \text{ else } 0
 
     Exactly k entries per row survive (ties go to the lower column), returned as :class:`CBSR`
-    with ascending columns. The gradient flows to the kept positions only.
+    with ascending columns. The gradient flows to the kept positions only. Values are kept as
+    they are: a row of ``-inf`` keeps k ``-inf`` values (ReLU would zero them), which makes
+    the layers' outputs for it NaN; mask such rows first.
 
     Parameters
     ----------
     h : Tensor, shape (N, d), floating point
     k : int, 1 <= k <= d
     check_nan : bool
-        Scan ``h`` for NaN (a GPU synchronisation); the layers pass False for inputs they
-        have scanned already.
+        Scan ``h`` for NaN (a GPU synchronisation; also off inside
+        ``dgl_maxk.input_checks(False)``); the layers pass False for inputs they scanned.
     """
     check_features("maxk input", h, nan=check_nan)
     if h.dim() != 2:
         raise ValueError(f"maxk input must be N x d, got shape {tuple(h.shape)}")
     d = h.shape[1]
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= d:
-        raise ValueError(f"k must be an integer in [1, d = {d}], got {k!r}")
-    k = int(k)
+    k = check_k(k, d)
     index_dtype(d)  # rejects widths CBSR cannot index
     values, indices = _MaxK.apply(h, k)
     return CBSR(values, indices, d, True)  # maxk's pattern is valid by construction
+
+
+CBSR.from_dense = staticmethod(maxk)  # the operator attaches itself to the type
 
 
 class _CBSRSpGEMM(torch.autograd.Function):
@@ -98,12 +72,13 @@ class _CBSRSpGEMM(torch.autograd.Function):
     def forward(ctx, plan, edge_values, x_values, x_indices, d):
         ctx.plan = plan
         ctx.save_for_backward(edge_values, x_values, x_indices)
-        return backend_for(x_values).cbsr_spgemm(plan, edge_values, x_values, x_indices, d)
+        y = backends.for_tensor(x_values).cbsr_spgemm(plan, edge_values, x_values, x_indices, d)
+        return y.to(x_values.dtype)
 
     @staticmethod
     def backward(ctx, grad_y):
         edge_values, x_values, x_indices = ctx.saved_tensors
-        backend, grad_y = backend_for(grad_y), grad_y.contiguous()
+        backend, grad_y = backends.for_tensor(grad_y), grad_y.contiguous()
         grad_edges = grad_x = None
         if ctx.needs_input_grad[1]:
             grad_edges = backend.cbsr_sddmm(ctx.plan, grad_y, x_values, x_indices)
@@ -119,16 +94,17 @@ class _SpMM(torch.autograd.Function):
     def forward(ctx, plan, edge_values, x):
         ctx.plan = plan
         ctx.save_for_backward(edge_values, x)
-        return reference.spmm(plan, edge_values, x)
+        return backends.reference.spmm(plan, edge_values, x).to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_y):
         edge_values, x = ctx.saved_tensors
         grad_edges = grad_x = None
         if ctx.needs_input_grad[1]:
-            grad_edges = reference.sddmm(ctx.plan, grad_y, x).to(edge_values.dtype)
+            grad_edges = backends.reference.sddmm(ctx.plan, grad_y, x).to(edge_values.dtype)
         if ctx.needs_input_grad[2]:
-            grad_x = reference.spmm_transposed(ctx.plan, edge_values, grad_y).to(x.dtype)
+            grad_x = backends.reference.spmm_transposed(ctx.plan, edge_values, grad_y)
+            grad_x = grad_x.to(x.dtype)
         return None, grad_edges, grad_x
 
 
@@ -167,8 +143,9 @@ def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
 
     with edge weights :math:`w` (1 without ``edge_weight``) and the node scales of ``norm``
     (DGL GraphConv's: 'none'; 'left' = 1/out-degree of c; 'right' = 1/in-degree of r, the
-    mean; 'both' = both to the power -1/2; degrees clamped to at least 1). The backward returns
-    the gradient of ``x.values`` (CBSR, sampled at X's pattern) and of ``edge_weight``.
+    mean; 'both' = both to the power -1/2; degrees clamped to at least 1). Y has the dtype of
+    ``x.values`` (accumulated in fp32). The backward returns the gradient of ``x.values``
+    (CBSR, sampled at X's pattern) and of ``edge_weight``.
 
     Parameters
     ----------
@@ -193,11 +170,11 @@ def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
 
     Runs ``torch.sparse.mm`` on a CSR tensor (cuSPARSE on GPUs, the kernel DGL uses there).
     Features with more than two dimensions are aggregated over their flattened trailing ones.
-    ``check_nan`` as in :func:`cbsr_spgemm`.
+    Y has the dtype of ``x``. ``check_nan`` as in :func:`cbsr_spgemm`.
     """
     check_features("features", x, nan=check_nan)
     plan, edge_values = _plan_and_edges(graph, x, x.shape[0], norm, edge_weight)
-    flat = x.reshape(x.shape[0], -1)
+    flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))  # also for 0 rows
     out = _SpMM.apply(plan, edge_values, flat)
     return out.reshape((plan.num_dst,) + tuple(x.shape[1:]))
 

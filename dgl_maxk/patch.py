@@ -15,23 +15,40 @@ without an explicit ``k`` gets the installed one (``k=None`` keeps a layer dense
 layer whose input is at most k wide, where MaxK would keep every entry). Code that
 bound DGL's class to a name before ``install`` (``from dgl.nn import SAGEConv`` at the top of a
 module imported earlier) keeps DGL's class: call ``install`` first.
+
+This module owns the install state; the layers of :mod:`dgl_maxk.nn` register themselves
+here as the replacements (:func:`register`) and ask for the installed k
+(:func:`installed_k`), so it imports nothing of theirs.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
 
-from . import nn
-from .nn import _inputs
+from .sparse import check_k
 
 LAYERS = ("SAGEConv", "GraphConv", "GINConv")
 _NAMESPACES = ("dgl.nn", "dgl.nn.pytorch", "dgl.nn.pytorch.conv")
-_originals: dict = {}
+_replacements: dict = {}   # layer name -> dgl_maxk class (filled by dgl_maxk.nn)
+_originals: dict = {}      # (namespace, layer name) -> DGL's class, while installed
+_installed_k: dict = {}    # layer name -> k, while installed
+
+
+def register(**classes):
+    """Called by :mod:`dgl_maxk.nn`: the classes that replace DGL's layers of those names."""
+    _replacements.update(classes)
+
+
+def installed_k(layer: str):
+    """The k that :func:`install` set for ``layer`` (None when it is not installed)."""
+    return _installed_k.get(layer)
 
 
 def install(k: int, layers=LAYERS):
-    """Make ``dgl.nn.<layer>`` build dgl_maxk layers with MaxK at ``k`` by default."""
-    _inputs.check_k(k)
+    """Make ``dgl.nn.<layer>`` build dgl_maxk layers with MaxK at ``k`` by default.
+    ``layers``: names among :data:`LAYERS` (a single name may be given as a string)."""
+    k = check_k(k)
+    layers = (layers,) if isinstance(layers, str) else tuple(layers)
     unknown = set(layers) - set(LAYERS)
     if unknown:
         raise ValueError(f"dgl_maxk has no replacement for {sorted(unknown)}; it replaces "
@@ -40,8 +57,8 @@ def install(k: int, layers=LAYERS):
         for namespace in _NAMESPACES:
             module = importlib.import_module(namespace)
             _originals.setdefault((namespace, name), getattr(module, name))
-            setattr(module, name, getattr(nn, name))
-        _inputs.DEFAULT_K[name] = k
+            setattr(module, name, _replacements[name])
+        _installed_k[name] = k
 
 
 def uninstall():
@@ -49,7 +66,7 @@ def uninstall():
     for (namespace, name), cls in _originals.items():
         setattr(importlib.import_module(namespace), name, cls)
     _originals.clear()
-    _inputs.DEFAULT_K.clear()
+    _installed_k.clear()
 
 
 def is_installed() -> bool:
@@ -61,7 +78,7 @@ def is_installed() -> bool:
 def installed(k: int, layers=LAYERS):
     """:func:`install` for the duration of a ``with`` block; restores what was there before,
     exceptions included."""
-    outer = dict(_inputs.DEFAULT_K)
+    outer = dict(_installed_k)
     install(k, layers)
     try:
         yield

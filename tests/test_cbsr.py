@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from dgl_maxk import CBSR
-from dgl_maxk.cbsr import index_dtype
+from dgl_maxk.sparse import index_dtype
 
 WIDTHS = (1, 2, 7, 64, 255, 256, 257, 384, 1024, 4096)
 

@@ -10,9 +10,10 @@ import os
 import pytest
 import torch
 
-from dgl_maxk import cuda, ops, reference
-from dgl_maxk.cbsr import index_dtype
-from dgl_maxk.graph_plan import GraphPlan
+from dgl_maxk import backends, ops
+from dgl_maxk.backends import cuda, reference
+from dgl_maxk.backends.cuda import launch
+from dgl_maxk.sparse import GraphPlan, index_dtype
 
 pytestmark = pytest.mark.skipif(not cuda.available(), reason="no CUDA GPU with CuPy")
 
@@ -179,10 +180,9 @@ def check_all_three(plan, k, d, dtype=torch.float32, seed=None, tag=""):
 
 
 @pytest.fixture(params=[32, None], ids=["group32", "group_default"])
-def group_size(request, monkeypatch):
-    if request.param is not None:
-        monkeypatch.setattr(cuda, "GROUP_SIZE", request.param)
-    return cuda.GROUP_SIZE
+def group_size(request):
+    with launch.overrides(group_size=request.param):
+        yield launch.group_size()
 
 
 @pytest.mark.parametrize("d", [32, 64, 256, 384, 1024])
@@ -230,7 +230,7 @@ def test_power_law_graph_multi_group():
     from dgl_maxk.synthetic import power_law_csr
     seed = fresh_seed()
     indptr, indices = power_law_csr(3001, 400_000, seed=seed, device=DEV)
-    assert int((indptr[1:] - indptr[:-1]).max()) > 2 * cuda.GROUP_SIZE
+    assert int((indptr[1:] - indptr[:-1]).max()) > 2 * launch.group_size()
     plan = GraphPlan(indptr, indices, torch.arange(indices.numel(), device=DEV), 3001, 3001)
     for k in (8, 16, 32, 64):
         check_all_three(plan, k, 256, seed=seed, tag="power-law")
@@ -238,7 +238,7 @@ def test_power_law_graph_multi_group():
 
 def test_determinism():
     seed = fresh_seed()
-    plan = make_plan(torch.randint(0, cuda.GROUP_SIZE + 1, (500,)), num_src=500)
+    plan = make_plan(torch.randint(0, launch.group_size() + 1, (500,)), num_src=500)
     xv, xi = random_cbsr(500, 32, 256)
     ev = torch.rand(plan.num_edges, device=DEV)
     gy = torch.randn(500, 256, device=DEV)
@@ -263,7 +263,6 @@ def test_determinism():
 @pytest.mark.parametrize("weighted", [False, True])
 def test_ops_cbsr_spgemm_weightings(norm, weighted, monkeypatch):
     seed = fresh_seed()
-    monkeypatch.setattr(cuda, "GROUP_SIZE", 32)
     plan = make_plan(mixed_degrees(83, 32), num_src=90)
     d, k = 256, 16
     h = torch.randn(90, d, device=DEV)
@@ -279,9 +278,10 @@ def test_ops_cbsr_spgemm_weightings(norm, weighted, monkeypatch):
         (y * g.to(y.dtype)).sum().backward()
         return y, h_in.grad, None if w_in is None else w_in.grad
 
-    assert ops.backend_for(h) is cuda
-    out = run(h, w)
-    monkeypatch.setenv("DGL_MAXK_BACKEND", "torch")
+    assert backends.for_tensor(h) is cuda
+    with launch.overrides(group_size=32):
+        out = run(h, w)
+    monkeypatch.setattr(backends, "for_tensor", lambda tensor: reference)
     ref = run(h.double(), None if w is None else w.double())
     for name, a, b in zip(("y", "grad_h", "grad_w"), out, ref):
         if b is None:
@@ -297,8 +297,8 @@ def test_ops_cbsr_spgemm_weightings(norm, weighted, monkeypatch):
 
 def test_opcheck():
     seed = fresh_seed()
-    plan = make_plan(mixed_degrees(40, cuda.GROUP_SIZE), num_src=200)
-    group_row, group_start, col, multi = cuda.edge_groups(plan)
+    plan = make_plan(mixed_degrees(40, launch.group_size()), num_src=200)
+    group_row, group_start, col, multi = plan.edge_groups(launch.group_size())
     xv, xi = random_cbsr(200, 8, 64)
     ev = torch.rand(plan.num_edges, device=DEV)
     gy = torch.randn(40, 64, device=DEV)
@@ -317,7 +317,7 @@ def test_opcheck():
 
 def test_torch_compile():
     seed = fresh_seed()
-    plan = make_plan(mixed_degrees(50, cuda.GROUP_SIZE), num_src=200)
+    plan = make_plan(mixed_degrees(50, launch.group_size()), num_src=200)
     h = torch.randn(200, 64, device=DEV)
 
     def f(h_in):

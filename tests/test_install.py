@@ -218,7 +218,7 @@ IMPORT_PROBE = textwrap.dedent("""
     print(json.dumps({
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
         "cuda": torch.cuda.is_available(),
-        "backend": dgl_maxk.ops.backend_for(torch.zeros(1)).__name__,
+        "backend": dgl_maxk.backends.for_tensor(torch.zeros(1)).__name__,
         "cupy": repr(sys.modules.get("cupy", "absent")),
         "dglbackend": os.environ.get("DGLBACKEND"),
     }))
@@ -237,7 +237,7 @@ def test_import_needs_no_gpu_cupy_network_or_home(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["cuda"] is False
-    assert report["backend"] == "dgl_maxk.reference"
+    assert report["backend"] == "dgl_maxk.backends.reference"
     assert report["cupy"] == "None", "the missing CuPy must not be replaced by a real import"
     graphbolt = [w for w in report["warnings"] if "graphbolt" in w.lower()]
     assert len(graphbolt) <= 1, graphbolt

@@ -313,7 +313,7 @@ def test_dense_multigraph_with_more_edges_than_matrix_entries(norm, h):
 def test_reference_maxk_is_the_stable_sort_definition(dtype):
     """The reference's top-k shortcut keeps exactly what a stable descending sort keeps, on
     inputs full of ties, signed zeros, infinities and (in some rows) NaN."""
-    from dgl_maxk.reference import maxk_cbsr
+    from dgl_maxk.backends.reference import maxk_cbsr
     for trial in range(12):
         d = int(torch.randint(1, 300, (1,)))
         k = int(torch.randint(1, d + 1, (1,)))

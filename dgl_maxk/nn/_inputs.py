@@ -1,14 +1,12 @@
 """Input handling shared by the dgl_maxk layers: feature pairs, blocks, MaxK, validation."""
 from __future__ import annotations
 
-import numbers
-
 import torch
 
+from .. import patch
 from .._dgl import DGLError
-from ..cbsr import CBSR
-from ..graph_plan import check_graph, graph_plan
-from ..ops import check_edge_weight, check_features, maxk
+from ..ops import check_edge_weight, maxk
+from ..sparse import CBSR, MAX_WIDTH, check_features, check_graph, check_k, graph_plan
 
 
 class _InstalledK:
@@ -19,28 +17,26 @@ class _InstalledK:
 
 
 INSTALLED_K = _InstalledK()
-#: Layer class name -> k, while :func:`dgl_maxk.install` is in effect.
-DEFAULT_K: dict = {}
 
 
-def resolve_k(layer: str, k, in_feats=None):
-    """A layer's k: the installed default when the caller gave none, then validated."""
+def resolve_k(layer: str, k, widths=(None,)):
+    """A layer's k at construction: the installed default when the caller gave none, then
+    validated against each input width it applies to (source, and destination if given)."""
+    widths = [w for w in widths if w is not None]
     if k is INSTALLED_K:
-        k = DEFAULT_K.get(layer)
-        if k is not None and in_feats is not None and k >= in_feats:
+        k = patch.installed_k(layer)
+        if k is not None and widths and k >= min(widths):
             return None  # MaxK keeping every entry is the identity: stay dense
-    return check_k(k, in_feats)
-
-
-def check_k(k, in_feats=None):
-    """Validate a layer's ``k`` at construction (None disables MaxK)."""
     if k is None:
         return None
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-        raise ValueError(f"k must be a positive integer or None, got {k!r}")
-    k = int(k)
-    if in_feats is not None and k > in_feats:
-        raise ValueError(f"k = {k} exceeds the input width in_feats = {in_feats}")
+    k = check_k(k)
+    names = ("in_feats",) if len(widths) < 2 or widths[0] == widths[1] else (
+        "in_feats[0]", "in_feats[1]")
+    for name, width in zip(names, widths):
+        if width > MAX_WIDTH:
+            raise ValueError(f"MaxK needs input widths of at most {MAX_WIDTH} (CBSR "
+                             f"indices); {name} = {width}")
+        check_k(k, width, name)
     return k
 
 

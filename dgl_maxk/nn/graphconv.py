@@ -52,7 +52,7 @@ class GraphConv(dgl.nn.GraphConv):
                  activation=None, allow_zero_in_degree=False, k=INSTALLED_K):
         super().__init__(in_feats, out_feats, norm=norm, weight=weight, bias=bias,
                          activation=activation, allow_zero_in_degree=allow_zero_in_degree)
-        self.k = resolve_k("GraphConv", k, in_feats)
+        self.k = resolve_k("GraphConv", k, (in_feats,))
 
     def extra_repr(self):
         summary = super().extra_repr()

@@ -62,7 +62,7 @@ class SAGEConv(dgl.nn.SAGEConv):
                     f"MaxK does not apply to the '{aggregator_type}' aggregator (it is not a "
                     "weighted sum of neighbour rows); use 'mean' or 'gcn', or k=None")
             k = None  # an installed default k leaves these aggregators dense
-        self.k = resolve_k("SAGEConv", k, self._in_src_feats)
+        self.k = resolve_k("SAGEConv", k, (self._in_src_feats, self._in_dst_feats))
 
     def extra_repr(self):
         return f"k={self.k}" if self.k is not None else ""

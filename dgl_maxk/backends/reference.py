@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from .cbsr import index_dtype
+from ..sparse.cbsr import index_dtype
 
 # Per-edge intermediates are at most this many elements at a time.
 _CHUNK_ELEMENTS = 1 << 24

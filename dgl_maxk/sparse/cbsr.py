@@ -7,9 +7,12 @@ A matrix whose every row holds exactly ``k`` non-zeros needs no row pointer: it 
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import torch
+
+from .checks import checks_enabled
 
 MAX_WIDTH = 32768  # int16 indices
 
@@ -35,6 +38,8 @@ class CBSR:
     d : int
         The width of the dense matrix.
 
+    ``CBSR.from_dense(x, k)`` is :func:`dgl_maxk.maxk` (attached by :mod:`dgl_maxk.ops`).
+
     Example
     -------
     >>> x = torch.tensor([[0., 3., 0., 1.], [2., 0., 0., 0.]])
@@ -52,7 +57,13 @@ class CBSR:
     _pattern_checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
+        if isinstance(self.d, bool) or not isinstance(self.d, numbers.Integral):
+            raise ValueError(f"CBSR width d must be an integer, got {self.d!r}")
+        self.d = int(self.d)
         v, i = self.values, self.indices
+        if not isinstance(v, torch.Tensor) or not isinstance(i, torch.Tensor):
+            raise ValueError("CBSR values and indices must be torch.Tensors, got "
+                             f"{type(v).__name__} and {type(i).__name__}")
         if v.dim() != 2 or i.shape != v.shape:
             raise ValueError(
                 f"CBSR values and indices must both be N x k; got {tuple(v.shape)} and "
@@ -72,10 +83,9 @@ class CBSR:
     def _check_pattern(self):
         """Columns in [0, d) and distinct within each row (out-of-range columns would make
         the kernels read and write out of bounds; repeated ones would be summed by some
-        backends and overwritten by others). Skipped when operator checks are off."""
-        from . import ops
+        backends and overwritten by others). Skipped inside ``input_checks(False)``."""
         i = self.indices
-        if not ops.CHECK_INPUTS or i.numel() == 0 or i.device.type == "meta":
+        if not checks_enabled() or i.numel() == 0 or i.device.type == "meta":
             return
         cols = i.long()
         bad = (cols < 0) | (cols >= self.d)
@@ -115,12 +125,6 @@ class CBSR:
         """The N x d dense matrix (differentiable with respect to ``values``)."""
         out = self.values.new_zeros(self.shape)
         return out.scatter(1, self.long_indices(), self.values)
-
-    @staticmethod
-    def from_dense(x: torch.Tensor, k: int) -> "CBSR":
-        """Keep the k largest entries of each row of ``x`` (see :func:`dgl_maxk.maxk`)."""
-        from .ops import maxk
-        return maxk(x, k)
 
     def with_values(self, values: torch.Tensor) -> "CBSR":
         """The same sparsity pattern with other values (dropout, casts)."""

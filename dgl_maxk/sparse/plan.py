@@ -1,13 +1,17 @@
 """Graph plans: the structure of a DGL graph in the form the aggregation operators need.
 
 A :class:`GraphPlan` holds the CSR over destination rows (``indptr``, source ``indices`` and the
-DGL edge id of each CSR entry), the degrees, and the per-edge aggregation weights of each
-normalisation, all on the device of the features. :func:`graph_plan` builds it once per graph
+DGL edge id of each CSR entry), the degrees, the per-edge aggregation weights of each
+normalisation, the transpose and the edge groups of the CUDA kernels, all on the device of
+the features and each derived once. :func:`graph_plan` builds it once per graph
 and device and caches it on the graph; a structural change of the graph (``add_edges``,
 ``remove_nodes``, ...) replaces DGL's graph index and so invalidates the cached plan.
 
 A graph on the CPU with features on a GPU is the normal case with the DGL wheels of the
 package index (which have no CUDA); a graph on a GPU must have its features on that GPU.
+
+Everything a plan caches is built outside ``torch.inference_mode``: a graph first used for
+inference (a validation pass before training) must still serve training afterwards.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import weakref
 
 import torch
 
-from ._dgl import DGLError, dgl
+from .._dgl import DGLError, dgl
 
 NORMS = ("none", "left", "right", "both")
 
@@ -32,9 +36,9 @@ class GraphPlan:
     indices : Tensor (num_edges,), int64 -- source node of each CSR entry
     edge_ids : Tensor (num_edges,), int64 -- DGL edge id of each CSR entry
     in_degrees : Tensor (num_dst,), int64 ; out_degrees : Tensor (num_src,), int64
-    kernel_cache : dict -- what the CUDA backend derives from the plan (edge groups, ...)
     """
 
+    @torch.inference_mode(False)
     def __init__(self, indptr, indices, edge_ids, num_src, num_dst):
         self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
         self.num_src, self.num_dst = int(num_src), int(num_dst)
@@ -45,18 +49,20 @@ class GraphPlan:
         self.dst_of_edge = torch.repeat_interleave(
             torch.arange(self.num_dst, device=self.device), self.in_degrees,
             output_size=self.num_edges)
-        self.kernel_cache: dict = {}
         self._edge_values: dict = {}
+        self._edge_groups: dict = {}
+        self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
 
     def has_zero_in_degree(self) -> bool:
-        """Whether some destination node has no in-edge (computed once)."""
+        """Whether some destination node has no in-edge (computed once: a host sync)."""
         if self._has_zero_in_degree is None:
             self._has_zero_in_degree = bool((self.in_degrees == 0).any())
         return self._has_zero_in_degree
 
     @staticmethod
+    @torch.inference_mode(False)
     def from_graph(graph, device) -> "GraphPlan":
         # From the COO edge list: dgl 2.1's adj_tensors("csc") returns garbage or crashes on
         # blocks under newer torch.
@@ -95,8 +101,9 @@ class GraphPlan:
         if edge_weight is None:
             key = (norm, dtype)
             if key not in self._edge_values:
-                ones = torch.ones(self.num_edges, dtype=dtype, device=self.device)
-                self._edge_values[key] = self._scaled(ones, norm, dtype)
+                with torch.inference_mode(False):
+                    ones = torch.ones(self.num_edges, dtype=dtype, device=self.device)
+                    self._edge_values[key] = self._scaled(ones, norm, dtype)
             return self._edge_values[key]
         weights = edge_weight.to(self.device).reshape(-1)[self.edge_ids]
         return self._scaled(weights.to(dtype), norm, dtype)
@@ -114,12 +121,48 @@ class GraphPlan:
         """(indptr, indices, perm) of the CSR over source rows: entry i of it is CSR entry
         perm[i] of this plan, so A^T's values are ``edge_values[perm]``."""
         if self._transpose is None:
-            perm = torch.argsort(self.indices, stable=True)
-            counts = self.out_degrees
-            t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.device)
-            torch.cumsum(counts, 0, out=t_indptr[1:])
-            self._transpose = (t_indptr, self.dst_of_edge[perm], perm)
+            self._transpose = self._build_transpose()
         return self._transpose
+
+    @torch.inference_mode(False)
+    def _build_transpose(self):
+        perm = torch.argsort(self.indices, stable=True)
+        t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(self.out_degrees, 0, out=t_indptr[1:])
+        return t_indptr, self.dst_of_edge[perm], perm
+
+    def edge_groups(self, group_size: int):
+        """(group_row int32, group_start int64, indices int32, multi) for the CUDA kernels.
+
+        Destination row r is cut into max(1, ceil(deg(r) / group_size)) groups of consecutive
+        CSR entries; ``group_start`` has one more element (num_edges), so group g covers
+        ``[group_start[g], group_start[g + 1])``; bit 31 of ``group_row`` marks rows of several
+        groups, and ``multi`` says whether any row has several. Built once per group size
+        with vectorised torch on the plan's device (one host sync for the group count).
+        """
+        if group_size not in self._edge_groups:
+            self._edge_groups[group_size] = self._build_edge_groups(int(group_size))
+        return self._edge_groups[group_size]
+
+    @torch.inference_mode(False)
+    def _build_edge_groups(self, g: int):
+        if self._indices_i32 is None:
+            if self.num_src >= 2 ** 31 or self.num_dst >= 2 ** 31:
+                raise ValueError("the CUDA kernels index nodes with int32 (< 2^31 nodes)")
+            self._indices_i32 = self.indices.to(torch.int32)
+        dev = self.device
+        per_row = torch.clamp((self.in_degrees + (g - 1)) // g, min=1)
+        total = int(per_row.sum())
+        rows = torch.repeat_interleave(torch.arange(self.num_dst, device=dev), per_row,
+                                       output_size=total)
+        first = torch.cumsum(per_row, 0) - per_row
+        local = torch.arange(total, device=dev) - first[rows]
+        start = torch.empty(total + 1, dtype=torch.int64, device=dev)
+        start[:total] = self.indptr[rows] + local * g
+        start[total] = self.num_edges
+        multi = (per_row > 1)[rows]
+        group_row = torch.where(multi, rows - 2 ** 31, rows).to(torch.int32)
+        return group_row, start, self._indices_i32, bool((per_row > 1).any())
 
 
 def check_graph(graph):

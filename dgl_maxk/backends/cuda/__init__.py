@@ -1,0 +1,89 @@
+"""The CUDA backend: CBSR kernels compiled at run time through CuPy.
+
+The four functions below have the signatures and semantics of
+:mod:`dgl_maxk.backends.reference`; :mod:`dgl_maxk.ops` sends CUDA tensors here when
+:func:`available` is true. :mod:`.runtime` compiles and launches, :mod:`.launch` holds the
+launch table, :mod:`.kernels` declares the launches as ``torch.library`` custom ops.
+
+Precision and determinism:
+
+* ``maxk_cbsr``: exact (values copied bit for bit), deterministic; fp32, fp16, bf16 inputs.
+* ``cbsr_spgemm``: fp32 accumulation. Rows of A with at most ``group_size`` entries (see
+  :data:`.launch.DEFAULTS`) are summed in a fixed order and stored: bit-deterministic. Longer
+  rows are split over several warps whose partial sums meet through global atomic adds: NOT
+  bit-deterministic there (the rounding depends on the order of the adds).
+* ``cbsr_sspmm``: global atomic adds into dX: NOT bit-deterministic.
+* ``cbsr_sddmm``: no atomics, bit-deterministic.
+* float64 inputs are not run by the kernels: these functions fall back to the reference for
+  them (same results, pure torch on the GPU).
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import reference
+from . import kernels, launch
+from .launch import KERNEL_DTYPES
+from .runtime import available
+
+__all__ = ["available", "maxk_cbsr", "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "launch"]
+
+
+def maxk_cbsr(h: torch.Tensor, k: int):
+    """The k largest entries of each row of ``h`` as CBSR (values, indices).
+
+    Ties go to the lower column; each row's indices are ascending; values are copied bit for
+    bit (bit-identical to the reference). fp32 / fp16 / bf16 run the kernel (one warp per
+    row, threshold search over order-preserving keys), float64 the reference.
+    """
+    if h.dtype not in KERNEL_DTYPES or h.dim() != 2:
+        return reference.maxk_cbsr(h, k)
+    return kernels.maxk_cbsr(h.contiguous(), int(k))
+
+
+def _edge_groups(plan):
+    return plan.edge_groups(launch.group_size())
+
+
+def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
+    """Y = A . X (num_dst x d, dense) for X = CBSR(x_values, x_indices) of width d.
+
+    dtype = promote(x_values.dtype, edge_values.dtype); fp32 accumulation; float64 falls back
+    to the reference.
+    """
+    dtype = torch.promote_types(x_values.dtype, edge_values.dtype)
+    if dtype not in KERNEL_DTYPES or x_values.dtype not in KERNEL_DTYPES:
+        return reference.cbsr_spgemm(plan, edge_values, x_values, x_indices, d)
+    group_row, group_start, col, multi = _edge_groups(plan)
+    y = kernels.cbsr_spgemm(group_row, group_start, col,
+                            edge_values.to(torch.float32).contiguous(), x_values.contiguous(),
+                            x_indices.contiguous(), plan.num_dst, int(d), multi)
+    return y if dtype == torch.float32 else y.to(dtype)
+
+
+def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
+    """dX_cbsr[c, j] = sum_r A[r, c] * dY[r, x_indices[c, j]] (num_src x k, grad_y's dtype).
+
+    fp32 accumulation with global atomic adds; float64 falls back to the reference.
+    """
+    if grad_y.dtype not in KERNEL_DTYPES or edge_values.dtype == torch.float64:
+        return reference.cbsr_sspmm(plan, edge_values, grad_y, x_indices)
+    group_row, group_start, col, _ = _edge_groups(plan)
+    dx = kernels.cbsr_sspmm(group_row, group_start, col,
+                            edge_values.to(torch.float32).contiguous(),
+                            grad_y.to(torch.float32).contiguous(), x_indices.contiguous())
+    return dx if grad_y.dtype == torch.float32 else dx.to(grad_y.dtype)
+
+
+def cbsr_sddmm(plan, grad_y, x_values, x_indices):
+    """dA[e] = sum_j dY[r_e, x_indices[c_e, j]] * x_values[c_e, j] for each CSR entry e.
+
+    The gradient of ``cbsr_spgemm`` with respect to ``edge_values`` (CSR order, grad_y's
+    dtype); no atomics; float64 falls back to the reference.
+    """
+    if grad_y.dtype not in KERNEL_DTYPES or x_values.dtype not in KERNEL_DTYPES:
+        return reference.cbsr_sddmm(plan, grad_y, x_values, x_indices)
+    group_row, group_start, col, _ = _edge_groups(plan)
+    out = kernels.cbsr_sddmm(group_row, group_start, col, grad_y.to(torch.float32).contiguous(),
+                             x_values.contiguous(), x_indices.contiguous())
+    return out if grad_y.dtype == torch.float32 else out.to(grad_y.dtype)

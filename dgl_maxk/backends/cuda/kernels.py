@@ -1,0 +1,123 @@
+"""The kernel launches, declared as ``torch.library`` custom ops.
+
+``dgl_maxk::maxk_cbsr``, ``dgl_maxk::cbsr_spgemm``, ``dgl_maxk::cbsr_sspmm`` and
+``dgl_maxk::cbsr_sddmm`` each launch one kernel of ``kernels/`` and have a fake (meta)
+implementation, so ``torch.compile`` treats them as opaque calls of known output shape.
+On a torch without ``torch.library.custom_op`` (before 2.4) they are plain functions.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...sparse.cbsr import index_dtype
+from . import launch as cfg
+from .runtime import grid, i32, i64, kernel, launch, ptr
+
+#: The one version shim: custom ops where torch has them.
+HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
+
+
+def _custom_op(name: str, fake):
+    """Declare ``fn`` as the custom op ``dgl_maxk::<name>`` with ``fake`` as its meta
+    implementation (or leave it a plain function on an older torch)."""
+    def declare(fn):
+        if not HAS_CUSTOM_OP:
+            return fn
+        op = torch.library.custom_op(f"dgl_maxk::{name}", mutates_args=(),
+                                     device_types="cuda")(fn)
+        op.register_fake(fake)
+        return op
+    return declare
+
+
+def _maxk_fake(h, k):
+    return (h.new_empty((h.shape[0], k)),
+            h.new_empty((h.shape[0], k), dtype=index_dtype(h.shape[1])))
+
+
+@_custom_op("maxk_cbsr", _maxk_fake)
+def maxk_cbsr(h: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n, d = h.shape
+    values = torch.empty((n, k), dtype=h.dtype, device=h.device)
+    indices = torch.empty((n, k), dtype=index_dtype(d), device=h.device)
+    if n == 0:
+        return values, indices
+    func, defines, warps, smem = cfg.maxk_config(h, d)
+    kern = kernel("maxk_cbsr", func, defines, h.device.index)
+    launch(kern, -(-n // warps), warps * 32,
+           (ptr(h), ptr(values), ptr(indices), i64(n), i32(d), i32(k)), smem, h.device)
+    return values, indices
+
+
+def _spgemm_fake(group_row, group_start, col, edge_values, x_values, x_indices, num_dst, d,
+                 zero):
+    return x_values.new_empty((num_dst, d), dtype=torch.float32)
+
+
+@_custom_op("cbsr_spgemm", _spgemm_fake)
+def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
+                edge_values: torch.Tensor, x_values: torch.Tensor, x_indices: torch.Tensor,
+                num_dst: int, d: int, zero: bool) -> torch.Tensor:
+    k = x_values.shape[1]
+    num_groups = group_row.numel()
+    alloc = torch.zeros if zero else torch.empty  # rows of several groups meet by atomics
+    y = alloc((num_dst, d), dtype=torch.float32, device=x_values.device)
+    if num_groups == 0:
+        return y
+    defines, warps, smem, persist = cfg.spgemm_config(k, d, x_values, x_indices)
+    dev = x_values.device.index
+    kern = kernel("cbsr_spgemm", "cbsr_spgemm", defines, dev)
+    launch(kern, grid(kern, warps, smem, num_groups, persist, dev), warps * 32,
+           (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values), ptr(x_values),
+            ptr(x_indices), ptr(y), i64(num_groups), i32(k), i32(d)), smem, x_values.device)
+    return y
+
+
+def _sspmm_fake(group_row, group_start, col, edge_values, grad_y, x_indices):
+    return grad_y.new_empty((x_indices.shape[0], x_indices.shape[1]), dtype=torch.float32)
+
+
+@_custom_op("cbsr_sspmm", _sspmm_fake)
+def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
+               edge_values: torch.Tensor, grad_y: torch.Tensor,
+               x_indices: torch.Tensor) -> torch.Tensor:
+    n_src, k = x_indices.shape
+    d = grad_y.shape[1]
+    dx = torch.zeros((n_src, k), dtype=torch.float32, device=grad_y.device)
+    num_groups = group_row.numel()
+    if num_groups == 0 or n_src == 0 or col.numel() == 0:
+        return dx
+    defines, warps, smem, persist = cfg.sspmm_config(k, d, grad_y, x_indices)
+    dev = grad_y.device.index
+    kern = kernel("cbsr_sspmm", "cbsr_sspmm", defines, dev)
+    blocks = grid(kern, warps, smem, num_groups, persist, dev)
+    step = -(-n_src // cfg.sspmm_passes(n_src, k))
+    for lo in range(0, n_src, step):
+        launch(kern, blocks, warps * 32,
+               (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values), ptr(grad_y),
+                ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d), i32(lo),
+                i32(min(n_src, lo + step))), smem, grad_y.device)
+    return dx
+
+
+def _sddmm_fake(group_row, group_start, col, grad_y, x_values, x_indices):
+    return grad_y.new_empty((col.shape[0],), dtype=torch.float32)
+
+
+@_custom_op("cbsr_sddmm", _sddmm_fake)
+def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
+               grad_y: torch.Tensor, x_values: torch.Tensor,
+               x_indices: torch.Tensor) -> torch.Tensor:
+    k = x_values.shape[1]
+    d = grad_y.shape[1]
+    out = torch.empty(col.numel(), dtype=torch.float32, device=grad_y.device)
+    num_groups = group_row.numel()
+    if num_groups == 0 or col.numel() == 0:
+        return out
+    defines, warps, smem, persist = cfg.sddmm_config(k, d, grad_y, x_values, x_indices)
+    dev = grad_y.device.index
+    kern = kernel("cbsr_sddmm", "cbsr_sddmm", defines, dev)
+    launch(kern, grid(kern, warps, smem, num_groups, persist, dev), warps * 32,
+           (ptr(group_row), ptr(group_start), ptr(col), ptr(grad_y), ptr(x_values),
+            ptr(x_indices), ptr(out), i64(num_groups), i32(k), i32(d)), smem, grad_y.device)
+    return out

@@ -1,0 +1,157 @@
+"""Launch configurations of the CUDA kernels: one table of defaults and the heuristics.
+
+Each kernel's variant switches are the ``-D`` constants of its ``.cu`` file (``P_L`` lanes per
+edge, ``P_T`` values per lane, ``P_U`` edges in flight, ``P_QV`` vector width, ``P_MINB``
+minimum resident blocks, ``WARPS`` per block, ...). :data:`DEFAULTS` holds the host-side
+choices, the fastest measured on an H200 (BENCHMARKS.md); :func:`overrides` replaces some of
+them inside a ``with`` block (``scripts/bench_kernels.py --tune`` compares variants that way,
+the GPU tests vary the edge-group size).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import torch
+
+from .runtime import SMEM_DEFAULT
+
+#: Host-side defaults per kernel; ``group_size`` is the most CSR entries one warp aggregates
+#: before it flushes its partial row (the edge-group size of every graph kernel).
+DEFAULTS = {
+    "group_size": 256,
+    "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4},
+    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 32 << 20},
+    "cbsr_sddmm": {"persist": 1, "minb": 5},
+}
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+_OVERRIDES = contextvars.ContextVar("dgl_maxk_launch_overrides", default={})
+
+
+@contextlib.contextmanager
+def overrides(group_size: int | None = None, **per_kernel: dict):
+    """Replace launch defaults inside a ``with`` block, e.g.
+    ``overrides(group_size=32, cbsr_spgemm={"qv": 4})``."""
+    merged = dict(_OVERRIDES.get())
+    if group_size is not None:
+        merged["group_size"] = int(group_size)
+    for name, values in per_kernel.items():
+        if name not in DEFAULTS:
+            raise ValueError(f"no kernel {name!r}; kernels: {sorted(DEFAULTS)[1:]}")
+        merged[name] = {**merged.get(name, {}), **values}
+    token = _OVERRIDES.set(merged)
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)
+
+
+def group_size() -> int:
+    return _OVERRIDES.get().get("group_size", DEFAULTS["group_size"])
+
+
+def option(kernel: str, key: str):
+    """A kernel's launch option: the override in effect, else the default (None if unset)."""
+    return _OVERRIDES.get().get(kernel, {}).get(key, DEFAULTS[kernel].get(key))
+
+
+def _pow2ceil(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _aligned(t: torch.Tensor, nbytes: int) -> bool:
+    return t.data_ptr() % nbytes == 0
+
+
+def value_kind(dtype) -> int:
+    """VAL_KIND of a value dtype: 0 fp32, 1 fp16, 2 bf16."""
+    return {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
+
+
+def maxk_config(h: torch.Tensor, d: int):
+    """(function, defines, warps, shared bytes) of the top-k kernel for rows of width d."""
+    eb = h.element_size()
+    vec = 16 // eb
+    while vec > 1 and (d % vec or h.data_ptr() % (vec * eb)):
+        vec //= 2
+    ch = -(-d // (32 * vec))
+    defines = {"ELEM_BYTES": eb, "IS_BF16": int(h.dtype == torch.bfloat16),
+               "IDX_BYTES": 1 if d <= 256 else 2}
+    if ch * vec <= 32:
+        defines.update(VEC=vec, CH=ch, WARPS=4)
+        return "maxk_reg", defines, 4, 0
+    warps = max(1, min(8, SMEM_DEFAULT // (4 * d)))
+    defines.update(WARPS=warps)
+    return "maxk_smem", defines, warps, warps * 4 * d
+
+
+def spgemm_config(k: int, d: int, x_values, x_indices):
+    """(defines, warps, shared bytes, persistent) of the forward SpGEMM."""
+    def opt(key):
+        return option("cbsr_spgemm", key)
+    qv = 4 if (opt("qv") and k % 4 == 0 and _aligned(x_values, 4 * x_values.element_size())
+               and _aligned(x_indices, 4 * x_indices.element_size())) else 1
+    atom = int(bool(opt("atom")))
+    shared = int(bool(opt("shared_buf")) and atom)
+    if qv == 4 and not shared and k < 32:  # private buffers need >= 8 busy lanes per edge
+        qv = 1
+    lanes = _pow2ceil(min(-(-k // qv), 32))
+    if not shared:
+        lanes = max(lanes, 8)
+        while lanes < 32 and (32 // lanes) * d > 1024:  # <= 4 KiB of buffers per warp
+            lanes *= 2
+    subs = 32 // lanes
+    nbuf = 1 if shared else subs
+    t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
+    if qv == 4:
+        u = max(1, 4 // t)
+    else:  # measured (H200, Reddit-sized): 8 edges in flight for k <= 8 or T >= 2, else 4
+        u = 8 // t if (subs >= 4 or t >= 2) else 4
+    u = opt("u") or max(1, min(u, 32 // subs))
+    warps = max(1, min(8, SMEM_DEFAULT // (nbuf * d * 4)))
+    defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": atom, "P_NB": nbuf,
+               "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
+               "P_MINB": int(opt("minb")), "WARPS": warps,
+               "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size()}
+    return defines, warps, warps * nbuf * d * 4, bool(opt("persist"))
+
+
+def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
+    """What SSpMM and SDDMM share: lanes per edge, values per lane, edges in flight, warps
+    (each warp stages one d-wide dY row in shared memory)."""
+    lanes = _pow2ceil(min(-(-k // qv), 32))
+    subs = 32 // lanes
+    t = _pow2ceil(-(-k // (qv * lanes)))
+    u = option(kernel, "u") or max(1, min(8 // t, 32 // subs))
+    warps = max(1, min(8, SMEM_DEFAULT // (d * 4)))
+    defines = {"P_L": lanes, "P_T": t, "P_U": u,
+               "P_D4": int(d % 4 == 0 and _aligned(grad_y, 16)),
+               "P_MINB": int(option(kernel, "minb")), "WARPS": warps}
+    return defines, warps, warps * d * 4, bool(option(kernel, "persist"))
+
+
+def sspmm_config(k: int, d: int, grad_y, x_indices):
+    """(defines, warps, shared bytes, persistent) of the backward SSpMM."""
+    qv = 4 if k % 4 == 0 and _aligned(x_indices, 4 * x_indices.element_size()) else 1
+    defines, warps, smem, persist = _row_kernel_config("cbsr_sspmm", k, d, grad_y, qv)
+    defines.update(P_QV=qv, IDX_BYTES=x_indices.element_size())
+    return defines, warps, smem, persist
+
+
+def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
+    """(defines, warps, shared bytes, persistent) of the edge-gradient SDDMM."""
+    defines, warps, smem, persist = _row_kernel_config("cbsr_sddmm", k, d, grad_y, 1)
+    defines.update(VAL_KIND=value_kind(x_values.dtype), IDX_BYTES=x_indices.element_size())
+    return defines, warps, smem, persist
+
+
+def sspmm_passes(n_src: int, k: int) -> int:
+    """Source slices of the SSpMM, so that each slice's part of dX fits in L2 (the atomics
+    then stay there). Measured (H200): 2 slices pay when dX is just over L2 (Reddit-sized,
+    k = 64); more re-stream the edges too often (products-sized: 10 were 2-3x slower)."""
+    passes = option("cbsr_sspmm", "passes")
+    if not passes:
+        passes = -(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes"))
+        passes = passes if passes <= 2 else 1
+    return passes

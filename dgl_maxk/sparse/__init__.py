@@ -1,0 +1,11 @@
+"""The sparse core: the CBSR type, graph plans and input checks.
+
+It imports only torch and (for graph plans) DGL; the operators of :mod:`dgl_maxk.ops` and the
+backends of :mod:`dgl_maxk.backends` build on it.
+"""
+from .cbsr import CBSR, MAX_WIDTH, index_dtype
+from .checks import check_features, check_k, checks_enabled, input_checks
+from .plan import NORMS, GraphPlan, check_graph, graph_plan
+
+__all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k", "checks_enabled",
+           "input_checks", "NORMS", "GraphPlan", "check_graph", "graph_plan"]

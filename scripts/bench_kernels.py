@@ -28,9 +28,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dgl_maxk import cuda, reference  # noqa: E402
-from dgl_maxk.graph_plan import GraphPlan  # noqa: E402
-from dgl_maxk.synthetic import power_law_csr  # noqa: E402
+from dgl_maxk.backends import cuda, reference  # noqa: E402
+from dgl_maxk.backends.cuda import launch  # noqa: E402
+from dgl_maxk.data import power_law_csr  # noqa: E402
+from dgl_maxk.sparse import GraphPlan  # noqa: E402
 
 # nodes, edges, max in-degree (Reddit's is about 51k; products' natural draw is ~13k)
 GRAPHS = {
@@ -119,14 +120,14 @@ def main(argv=None):
         t_plan = time.perf_counter() - t0
         t0 = time.perf_counter()
         if gpu:
-            groups = cuda.edge_groups(plan)
+            groups = plan.edge_groups(launch.group_size())
             torch.cuda.synchronize()
         t_groups = time.perf_counter() - t0
         deg = plan.in_degrees
         g = {"name": gname, "nodes": n, "edges": e, "max_in_degree": int(deg.max()),
              "generate_s": t_gen, "plan_s": t_plan, "edge_groups_s": t_groups,
              "num_groups": int(groups[0].numel()) if gpu else 0,
-             "group_size": cuda.GROUP_SIZE, "k": {}}
+             "group_size": launch.group_size(), "k": {}}
         print(f"\n{gname}: {n} nodes, {e} edges, max in-degree {g['max_in_degree']}; "
               f"generate {t_gen:.2f} s, plan {t_plan:.2f} s, edge groups {t_groups:.3f} s "
               f"({g['num_groups']} groups)", flush=True)
@@ -160,10 +161,10 @@ def main(argv=None):
             r["sddmm_ms"] = timer(lambda: impl.cbsr_sddmm(plan, dy, xv, xi), args.reps,
                                   args.warmup, flush, device)
             if gpu and args.floor:  # the same forward without the accumulation (a floor)
-                cuda.TUNE["cbsr_spgemm"] = {"noacc": 1}
-                r["fwd_gather_only_ms"] = timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d),
-                                                args.reps, args.warmup, flush, device)
-                cuda.TUNE["cbsr_spgemm"] = {}
+                with launch.overrides(cbsr_spgemm={"noacc": 1}):
+                    r["fwd_gather_only_ms"] = timer(
+                        lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args.reps, args.warmup,
+                        flush, device)
             r["fwd_speedup"] = g["cusparse_fwd_ms"] / r["fwd_ms"]
             r["bwd_speedup"] = g["cusparse_bwd_ms"] / r["bwd_ms"]
             r["topk_speedup"] = r["torch_topk_ms"] / r["topk_ms"]
@@ -207,62 +208,64 @@ def main(argv=None):
     return result
 
 
-def tune(plan, ev, h, dy, d, args, flush, device):
-    """Kernel variants (cuda.TUNE) and edge-group sizes, timed side by side."""
-    ks = [int(k) for k in args.ks.split(",")]
-    out = {"spgemm": {}, "sspmm": {}, "sddmm": {}, "group_size": {}}
-    fwd_variants = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
-                    ("minb5", {"minb": 5}), ("minb5-u4", {"minb": 5, "u": 4}),
-                    ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv4", {"minb": 4, "qv": 1}),
-                    ("minb5-qv4", {"minb": 5, "qv": 1}),
-                    ("gather-only", {"noacc": 1})]
-    bwd_variants = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
-                    ("minb5", {"minb": 5}), ("minb5-passes1", {"minb": 5, "passes": 1}),
-                    ("minb5-passes2", {"minb": 5, "passes": 2}),
-                    ("minb5-u2", {"minb": 5, "u": 2})]
-    for k in ks:
-        xv, xi = cuda.maxk_cbsr(h, k)
-        for name, ov in fwd_variants:
-            cuda.TUNE["cbsr_spgemm"] = ov
+FWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
+                ("minb5", {"minb": 5}), ("minb5-u4", {"minb": 5, "u": 4}),
+                ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv4", {"minb": 4, "qv": 1}),
+                ("minb5-qv4", {"minb": 5, "qv": 1}), ("gather-only", {"noacc": 1})]
+BWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
+                ("minb5", {"minb": 5}), ("minb5-passes1", {"minb": 5, "passes": 1}),
+                ("minb5-passes2", {"minb": 5, "passes": 2}), ("minb5-u2", {"minb": 5, "u": 2})]
+SDDMM_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
+                  ("minb5", {"minb": 5})]
+
+
+def _time_variants(kernel, variants, fn, args, flush, device):
+    """{variant name: ms} of ``fn`` under each variant's launch overrides of ``kernel``."""
+    out = {}
+    for name, values in variants:
+        with launch.overrides(**{kernel: values}):
             try:
-                ms = timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
-                           args.warmup, flush, device)
+                out[name] = timer(fn, args.reps, args.warmup, flush, device)
             except Exception as err:  # noqa: BLE001 - report and go on
-                ms = float("nan")
-                print(f"tune spgemm {name} k={k}: {err}", flush=True)
-            out["spgemm"].setdefault(name, {})[k] = ms
-        cuda.TUNE["cbsr_spgemm"] = {}
-        for name, ov in bwd_variants:
-            cuda.TUNE["cbsr_sspmm"] = ov
-            ms = timer(lambda: cuda.cbsr_sspmm(plan, ev, dy, xi), args.reps, args.warmup,
-                       flush, device)
-            out["sspmm"].setdefault(name, {})[k] = ms
-        cuda.TUNE["cbsr_sspmm"] = {}
-        for name, ov in [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
-                         ("minb5", {"minb": 5})]:
-            cuda.TUNE["cbsr_sddmm"] = ov
-            ms = timer(lambda: cuda.cbsr_sddmm(plan, dy, xv, xi), args.reps, args.warmup,
-                       flush, device)
-            out["sddmm"].setdefault(name, {})[k] = ms
-        cuda.TUNE["cbsr_sddmm"] = {}
+                out[name] = float("nan")
+                print(f"tune {kernel} {name}: {err}", flush=True)
+    return out
+
+
+def tune(plan, ev, h, dy, d, args, flush, device):
+    """Kernel variants (launch overrides) and edge-group sizes, timed side by side."""
+    out = {"spgemm": {}, "sspmm": {}, "sddmm": {}, "group_size": {}}
+    for k in (int(k) for k in args.ks.split(",")):
+        xv, xi = cuda.maxk_cbsr(h, k)
+        timed = {
+            "spgemm": _time_variants("cbsr_spgemm", FWD_VARIANTS,
+                                     lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args, flush,
+                                     device),
+            "sspmm": _time_variants("cbsr_sspmm", BWD_VARIANTS,
+                                    lambda: cuda.cbsr_sspmm(plan, ev, dy, xi), args, flush,
+                                    device),
+            "sddmm": _time_variants("cbsr_sddmm", SDDMM_VARIANTS,
+                                    lambda: cuda.cbsr_sddmm(plan, dy, xv, xi), args, flush,
+                                    device)}
+        for table, per_name in timed.items():
+            for name, ms in per_name.items():
+                out[table].setdefault(name, {})[k] = ms
     for table in ("spgemm", "sspmm", "sddmm"):
         for name, per_k in out[table].items():
             print(f"tune {table:6s} {name:18s} " +
                   " ".join(f"k={k}: {v:.3f}" for k, v in per_k.items()), flush=True)
-    default = cuda.GROUP_SIZE
     for gs in (256, 512):
-        cuda.GROUP_SIZE = gs
         row = {}
-        for k in (8, 32):
-            xv, xi = cuda.maxk_cbsr(h, k)
-            row[k] = (timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
-                            args.warmup, flush, device),
-                      timer(lambda: cuda.cbsr_sspmm(plan, ev, dy, xi), args.reps,
-                            args.warmup, flush, device))
+        with launch.overrides(group_size=gs):
+            for k in (8, 32):
+                xv, xi = cuda.maxk_cbsr(h, k)
+                row[k] = (timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
+                                args.warmup, flush, device),
+                          timer(lambda: cuda.cbsr_sspmm(plan, ev, dy, xi), args.reps,
+                                args.warmup, flush, device))
         out["group_size"][gs] = row
         print(f"tune group size {gs}: " + " ".join(
             f"k={k}: fwd {f:.3f} bwd {b:.3f}" for k, (f, b) in row.items()), flush=True)
-    cuda.GROUP_SIZE = default
     return out
 
 

@@ -7,11 +7,11 @@ for ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv``. The layers, from the bot
 ``data``, ``training`` and ``cli`` (see ARCHITECTURE.md).
 """
 from ._dgl import dgl  # noqa: F401  (applies DGL's compatibility fix first)
-from .sparse import CBSR, GraphPlan, graph_plan, input_checks
+from .sparse import CBSR, GraphPlan, deferred_checks, graph_plan, input_checks
 from .ops import aggregate, cbsr_spgemm, maxk, spmm
 from .patch import install, installed, is_installed, uninstall
 from . import models, nn  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["CBSR", "GraphPlan", "graph_plan", "input_checks", "maxk", "cbsr_spgemm", "spmm",
-           "aggregate", "install", "uninstall", "installed", "is_installed", "nn", "models"]
+__all__ = ["CBSR", "GraphPlan", "graph_plan", "deferred_checks", "input_checks", "maxk",
+           "cbsr_spgemm", "spmm", "aggregate", "install", "uninstall", "installed", "is_installed", "nn", "models"]

@@ -180,6 +180,38 @@ def test_nan_check_can_be_turned_off(h, monkeypatch):
         spmm(g, x)
 
 
+@pytest.mark.parametrize("where", [(0, 0), (9, 5), (4, 2)])
+def test_deferred_checks_report_the_first_nan_when_the_block_ends(h, where):
+    g = h.make_graph("self_loops", 10)
+    x = torch.randn(10, 6)
+    x[where] = float("nan")
+    x[9, 5] = float("nan")
+    conv = SAGEConv(6, 3, "mean", k=2)
+    reached_end = False
+    with pytest.raises(ValueError, match=rf"features contains \d NaN.*first at index "
+                                         rf"\({where[0]}, {where[1]}\)"):
+        with dgl_maxk.deferred_checks():
+            conv(g, torch.randn(10, 6)).sum().backward()  # clean input: nothing recorded
+            conv(g, x).sum().backward()
+            reached_end = True
+    assert reached_end  # no sync, no raise inside the block
+
+
+def test_deferred_checks_pass_clean_input_and_keep_other_errors(h):
+    g = h.make_graph("self_loops", 10)
+    with dgl_maxk.deferred_checks():
+        spmm(g, torch.randn(10, 4))
+        spmm(g, torch.randn(10, 0))
+    x = torch.randn(10, 4)
+    x[1, 1] = float("nan")
+    with pytest.raises(KeyError):  # an error inside the block is not replaced by the scan's
+        with dgl_maxk.deferred_checks():
+            spmm(g, x)
+            raise KeyError("mine")
+    with dgl_maxk.deferred_checks(), dgl_maxk.input_checks(False):
+        assert spmm(g, x).isnan().any()  # checks off: nothing recorded, nothing raised
+
+
 # --------------------------------------------------------------------------- graphs
 
 def two_edge_type_graph():

@@ -1,9 +1,12 @@
-"""Content checks of operator inputs, and the scope that turns them off.
+"""Content checks of operator inputs, and the scopes that defer them or turn them off.
 
 The checks that read tensor contents (the NaN scan, the CBSR column scan) synchronise with the
-GPU. They are on by default; ``with dgl_maxk.input_checks(False):`` turns them off inside a
-block (for the current thread or task only: a context variable, not a global switch). Shape,
-type and device checks always run.
+GPU. They are on by default. ``with dgl_maxk.deferred_checks():`` keeps the NaN scans but
+makes them sync-free inside the block: each records device-side flags, and the block's end
+reads them all at once (one synchronisation) and raises the first problem, with its position,
+as the immediate check would have. ``with dgl_maxk.input_checks(False):`` turns content checks
+off. Both are context variables (the current thread or task only), not global switches.
+Shape, type and device checks always run.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import numbers
 import torch
 
 _ENABLED = contextvars.ContextVar("dgl_maxk_input_checks", default=True)
+_PENDING = contextvars.ContextVar("dgl_maxk_pending_checks", default=None)
 
 
 def checks_enabled() -> bool:
@@ -33,6 +37,45 @@ def input_checks(enabled: bool):
         yield
     finally:
         _ENABLED.reset(token)
+
+
+@contextlib.contextmanager
+def deferred_checks():
+    """Make the NaN scans inside the block sync-free; check them all when the block ends.
+
+    >>> with dgl_maxk.deferred_checks():      # one synchronisation, at the end
+    ...     loss = loss_fn(model(g, x), y)
+    ...     loss.backward()
+    """
+    pending: list = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    finally:
+        _PENDING.reset(token)
+    _raise_first_nan(pending)
+
+
+def _nan_message(name, count, where) -> str:
+    return (f"{name} contains {count} NaN value(s), the first at index {tuple(where)}")
+
+
+def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
+    """Device-side NaN count and first flat position of ``x``, read later (no sync now)."""
+    bad = torch.isnan(x).reshape(-1)
+    first = bad.to(torch.uint8).argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
+    pending.append((name, tuple(x.shape), bad.sum(), first))
+
+
+def _raise_first_nan(pending: list):
+    if not pending:
+        return
+    flags = torch.stack([torch.stack([count, first.to(count.dtype)])
+                         for _, _, count, first in pending]).cpu()  # the one sync
+    for (name, shape, _, _), (count, first) in zip(pending, flags.tolist()):
+        if count:
+            where = torch.unravel_index(torch.tensor(first), shape)
+            raise ValueError(_nan_message(name, count, [int(i) for i in where]))
 
 
 def check_k(k, width: int | None = None, width_name: str = "d") -> int:
@@ -56,9 +99,12 @@ def check_features(name: str, x, rows: int | None = None, nan: bool = True):
         raise ValueError(f"{name} must be floating point, got {x.dtype}")
     if rows is not None and x.shape[0] != rows:
         raise ValueError(f"{name} has {x.shape[0]} rows but the graph has {rows} nodes there")
-    if nan and checks_enabled():
-        bad = torch.isnan(x)
-        if bad.any():
-            where = bad.nonzero()[0].tolist()
-            raise ValueError(f"{name} contains {int(bad.sum())} NaN value(s), the first at "
-                             f"index {tuple(where)}")
+    if not (nan and checks_enabled()):
+        return
+    pending = _PENDING.get()
+    if pending is not None:
+        _record_nan_scan(pending, name, x)
+        return
+    bad = torch.isnan(x)
+    if bad.any():
+        raise ValueError(_nan_message(name, int(bad.sum()), bad.nonzero()[0].tolist()))

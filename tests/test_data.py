@@ -358,7 +358,6 @@ def test_planted_p_in_p_out():
 
 
 def test_powerlaw_is_reproducible_and_sized():
-    pytest.importorskip("dgl_maxk.synthetic")
     a = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=5,
                        self_loops=False)
     b = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=5,

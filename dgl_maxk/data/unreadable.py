@@ -91,6 +91,8 @@ def find_unreadable(folder: Path, files) -> tuple[str, str] | None:
         check = _check_for(rel)
         if check is None or not (folder / rel).is_file():
             continue
+        if (folder / rel).stat().st_size == 0:  # valid to some readers (gzip), never here
+            return rel, "the file is empty"
         try:
             check(folder / rel)
         except READ_ERRORS as err:

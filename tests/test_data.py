@@ -6,6 +6,9 @@ import builtins
 import gzip
 import json
 import os
+import shutil
+import subprocess
+import sys
 import stat
 import time
 from pathlib import Path
@@ -358,7 +361,6 @@ def test_planted_p_in_p_out():
 
 
 def test_powerlaw_is_reproducible_and_sized():
-    pytest.importorskip("dgl_maxk.synthetic")
     a = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=5,
                        self_loops=False)
     b = D.load_dataset("powerlaw", num_nodes=2000, mean_degree=20, num_features=8, seed=5,
@@ -385,3 +387,258 @@ def test_unknown_dataset_and_params():
     with pytest.raises(ValueError, match=r"unknown key 'params\.seed' for dataset 'cora'"):
         D.load_dataset("cora", seed=1)
     assert D.canonical_name("OGBN_Arxiv") == "ogbn-arxiv"
+
+
+@pytest.fixture
+def rng():
+    """A numpy generator from the test's seed (conftest: fresh per test, reported on failure)."""
+    return np.random.default_rng(np.random.randint(2**31))
+
+
+def test_public_names():
+    for name in D.__all__:
+        assert getattr(D, name) is not None, name
+    assert D.power_law_csr is D.generators.power_law_csr
+
+
+# --------------------------------------------------------------------------- parameter ranges
+
+
+@pytest.mark.parametrize("name,params,expected", [
+    ("planted", {"num_nodes": -5}, "'dataset.params.num_nodes' must be an integer >= 2, got -5"),
+    ("planted", {"num_classes": 1},
+     "'dataset.params.num_classes' must be an integer >= 2, got 1"),
+    ("planted", {"mean_degree": -3},
+     "'dataset.params.mean_degree' must be a number >= 0, got -3"),
+    ("planted", {"train_fraction": 1.0},
+     "'dataset.params.train_fraction' must be a number in (0, 1), got 1.0"),
+    ("planted", {"val_fraction": 0},
+     "'dataset.params.val_fraction' must be a number in (0, 1), got 0"),
+    ("planted", {"homophily": 1.25},
+     "'dataset.params.homophily' must be a number in [0, 1], got 1.25"),
+    ("planted", {"num_features": 0},
+     "'dataset.params.num_features' must be an integer >= 1, got 0"),
+    ("planted", {"num_nodes": None},
+     "'dataset.params.num_nodes' must be an integer >= 2, got None"),
+    ("powerlaw", {"num_nodes": -100},
+     "'dataset.params.num_nodes' must be an integer >= 1, got -100"),
+    ("powerlaw", {"num_features": 0},
+     "'dataset.params.num_features' must be an integer >= 1, got 0"),
+    ("powerlaw", {"max_degree": 0},
+     "'dataset.params.max_degree' must be an integer >= 1, got 0"),
+    # parameters that do not fit together
+    ("planted", {"num_nodes": 6, "num_classes": 4},
+     "'dataset.params.num_nodes' must be >= 2 * num_classes = 8, got 6"),
+    ("planted", {"p_in": 0.1}, "'dataset.params.p_in' and 'dataset.params.p_out': give both"),
+    ("planted", {"p_in": 0, "p_out": 0.0}, "are both 0: no edges"),
+    ("planted", {"train_fraction": 0.5, "val_fraction": 0.5},
+     "'dataset.params.train_fraction' + 'dataset.params.val_fraction' must be < 1"),
+    ("powerlaw", {"mean_degree": 10, "max_degree": 4},
+     "'dataset.params.max_degree' must be >= mean_degree = 10, got 4"),
+])
+def test_generator_parameters_out_of_range_are_rejected(name, params, expected):
+    with pytest.raises(ValueError) as err:
+        D.check_params(name, params, "dataset.params")
+    assert expected in str(err.value)
+    with pytest.raises(ValueError, match=r"'params\."):  # the same check guards the loader
+        D.load_dataset(name, **params)
+
+
+def _outside(param, rng):
+    """A random value outside ``param``'s range (its open bound itself, half the time)."""
+    step = int(rng.integers(1, 1000)) if param.type is int else float(rng.uniform(1e-3, 1e3))
+    sides = []
+    if param.low is not None:
+        sides.append(param.low if param.open_low and rng.random() < 0.5 else param.low - step)
+    if param.high is not None:
+        sides.append(param.high if param.open_high and rng.random() < 0.5 else param.high + step)
+    return sides[int(rng.integers(len(sides)))]
+
+
+def _inside(param, rng):
+    """A random value inside ``param``'s range."""
+    low = param.low if param.low is not None else -1e3
+    high = param.high if param.high is not None else low + 1e3
+    if param.type is int:
+        return int(rng.integers(low + param.open_low, high + 1 - param.open_high))
+    return float(rng.uniform(low, high))
+
+
+RANGED = [(name, key) for name in ("planted", "powerlaw")
+          for key, param in D.DATASETS[name].params.items()
+          if param.low is not None or param.high is not None]
+
+
+@pytest.mark.parametrize("name,key", RANGED)
+def test_every_ranged_parameter_is_checked(name, key, rng):
+    param = D.DATASETS[name].params[key]
+    bad = _outside(param, rng)
+    with pytest.raises(ValueError) as err:
+        D.check_params(name, {key: bad}, "dataset.params")
+    assert f"'dataset.params.{key}' must be {param.describe()}, got {bad!r}" in str(err.value)
+    good = _inside(param, rng)
+    assert param.check(key, good) == good
+
+
+def test_generators_called_directly_check_their_parameters():
+    with pytest.raises(ValueError, match=r"'planted\.num_nodes' must be an integer >= 2"):
+        D.planted_partition(num_nodes=-5)
+    with pytest.raises(ValueError, match=r"'powerlaw\.num_features' must be an integer >= 1"):
+        D.power_law_graph(num_nodes=100, num_features=0)
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+               PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "dgl_maxk", *map(str, args)],
+                          cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=180,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_cli_rejects_out_of_range_params_before_any_work(tmp_path, rng):
+    bad = int(rng.integers(-10**6, 2))
+    checked = _cli("validate", "configs/quickstart.yaml", "--set",
+                   f"dataset.params.num_nodes={bad}")
+    assert checked.returncode == 2, checked.stderr
+    assert "Traceback" not in checked.stderr
+    assert f"'dataset.params.num_nodes' must be an integer >= 2, got {bad}" in checked.stderr
+    trained = _cli("train", "--config", "configs/quickstart.yaml", "--out", tmp_path / "runs",
+                   "--set", "dataset.params.train_fraction=1.5")
+    assert trained.returncode == 2 and "Traceback" not in trained.stderr, trained.stderr
+    assert "'dataset.params.train_fraction' must be a number in (0, 1)" in trained.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# --------------------------------------------------------------------------- damaged files
+
+
+def damage(path: Path, how: str, rng) -> None:
+    """Junk (an invalid first byte for every format read here, then random bytes), a random
+    truncation, or an empty file."""
+    data = path.read_bytes()
+    path.chmod(0o644)
+    if how == "junk":
+        path.write_bytes(b"\xff" + rng.bytes(int(rng.integers(16, 400))))
+    elif how == "truncated":
+        path.write_bytes(data[: int(len(data) * rng.uniform(0.2, 0.8))])
+    else:
+        path.write_bytes(b"")
+
+
+def assert_names_damaged_file(err, name, path, way):
+    msg = str(err.value)
+    assert not isinstance(err.value, D.DatasetNotFound), msg
+    assert f"dataset '{name}'" in msg and str(path) in msg and way in msg, msg
+    assert "pickled" not in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("how", ["junk", "truncated", "empty"])
+@pytest.mark.parametrize("file", ["reddit_graph.npz", "reddit_data.npz"])
+def test_damaged_reddit_file_is_named(tmp_path, file, how, rng):
+    folder, *_ = write_fake_reddit(tmp_path)
+    damage(folder / file, how, rng)
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("reddit", root=tmp_path)
+    assert_names_damaged_file(err, "reddit", folder / file,
+                              "Replace it with a good copy from the contents of "
+                              "https://data.dgl.ai/dataset/reddit.zip")
+
+
+@pytest.mark.parametrize("file,how", [("feats.npy", "junk"), ("feats.npy", "truncated"),
+                                      ("class_map.json", "truncated"), ("role.json", "junk"),
+                                      ("adj_full.npz", "truncated")])
+def test_damaged_flickr_file_is_named(tmp_path, file, how, rng):
+    folder, *_ = write_fake_saint(tmp_path, "flickr_b05c56ca")
+    damage(folder / file, how, rng)
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("flickr", root=tmp_path)
+    assert_names_damaged_file(err, "flickr", folder / file, "Replace it with a good copy")
+
+
+def _copy_cora(root: Path) -> Path:
+    folder = root / "cora_v2_d697a464"
+    shutil.copytree(SHARED_RAW / "cora_v2_d697a464", folder)
+    folder.chmod(0o755)
+    return folder
+
+
+needs_cora = pytest.mark.skipif(not (SHARED_RAW / "cora_v2_d697a464").is_dir(),
+                                reason=f"Cora's raw files are not at {SHARED_RAW}")
+
+
+@needs_cora
+@pytest.mark.parametrize("suffix,how", [("x", "junk"), ("graph", "truncated"),
+                                        ("test.index", "junk"), ("ally", "empty")])
+def test_damaged_cora_file_is_named(tmp_path, suffix, how, rng):
+    folder = _copy_cora(tmp_path)
+    file = folder / f"ind.cora_v2.{suffix}"
+    damage(file, how, rng)
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("cora", root=tmp_path)
+    assert_names_damaged_file(err, "cora", file, "Replace it with a good copy")
+
+
+@needs_cora
+def test_damaged_file_in_read_only_folder_names_the_copy_to_delete(tmp_path, cache_dir, rng):
+    folder = _copy_cora(tmp_path)
+    file = folder / "ind.cora_v2.tx"
+    good = file.read_bytes()
+    damage(file, "junk", rng)
+    folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with pytest.raises(D.DatasetError) as err:
+            D.load_dataset("cora", root=tmp_path)
+        assert_names_damaged_file(err, "cora", file, "Replace it with a good copy")
+        copies = list(cache_dir.rglob("cora_v2_d697a464"))
+        assert len(copies) == 1 and f"Then delete {copies[0]}/" in str(err.value)
+        # the way on, as the message says, works
+        folder.chmod(0o755)
+        file.write_bytes(good)
+        folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        shutil.rmtree(copies[0])
+        assert D.load_dataset("cora", root=tmp_path).num_nodes == 2708
+    finally:
+        folder.chmod(0o755)
+
+
+def test_unreadable_dgl_cache_without_raw_files_says_both(tmp_path, rng):
+    folder, *_ = write_fake_reddit(tmp_path)
+    D.load_dataset("reddit", root=tmp_path)
+    caches = sorted(folder.glob("*.bin"))
+    assert caches
+    for raw in ("reddit_graph.npz", "reddit_data.npz"):
+        (folder / raw).unlink()
+    damage(caches[0], "junk", rng)
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("reddit", root=tmp_path)
+    assert_names_damaged_file(err, "reddit", caches[0], "Delete it")
+    assert "missing: reddit_graph.npz, reddit_data.npz" in str(err.value)
+
+
+@pytest.mark.parametrize("file,how", [("raw/edge.csv.gz", "junk"),
+                                      ("raw/node-feat.csv.gz", "truncated"),
+                                      ("raw/num-node-list.csv.gz", "empty"),
+                                      ("split/time/valid.csv.gz", "junk")])
+def test_damaged_ogb_file_is_named(tmp_path, no_prompt, cache_dir, file, how, rng):
+    fake = write_fake_ogb(tmp_path, "ogbn-arxiv")
+    damage(fake["folder"] / file, how, rng)
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("ogbn-arxiv", root=tmp_path)
+    assert_names_damaged_file(err, "ogbn-arxiv", fake["folder"] / file,
+                              "Replace it with a good copy from the official zip "
+                              "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip")
+
+
+def test_damaged_ogb_cache_is_named_and_deleting_it_recovers(tmp_path, no_prompt, rng):
+    fake = write_fake_ogb(tmp_path, "ogbn-arxiv")
+    first = D.load_dataset("ogbn-arxiv", root=tmp_path)
+    cache = fake["folder"] / "processed" / "dgl_data_processed"
+    damage(cache, rng.choice(["junk", "truncated"]),
+           rng)
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("ogbn-arxiv", root=tmp_path)
+    assert_names_damaged_file(err, "ogbn-arxiv", cache, "Delete it")
+    cache.unlink()
+    again = D.load_dataset("ogbn-arxiv", root=tmp_path)
+    assert torch.equal(again.features, first.features)

@@ -1,0 +1,87 @@
+"""The datasets by name: each one's loader and parameters (:data:`DATASETS`), name lookup,
+parameter checks and :func:`load_dataset`."""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from .dataset import Dataset
+from .files import DGL_SPECS, OGB_SPECS, describe_layout
+from .generators import PLANTED_PARAMS, POWER_LAW_PARAMS, check_planted, check_power_law
+from .loaders import load_dgl, load_ogb, load_planted, load_powerlaw
+from .params import Param, check_values, with_defaults
+
+
+class DatasetSpec(NamedTuple):
+    """A dataset's loader ``(name, root, self_loops, **params) -> Dataset``, its parameters
+    ``{name: Param}``, and the check of those parameters together (all of them given, with
+    the prefix for messages), if any."""
+
+    loader: Callable
+    params: dict
+    check: Callable | None = None
+
+
+#: name -> DatasetSpec: everything ``load_dataset`` can load, with the parameters it takes.
+DATASETS = {
+    **{name: DatasetSpec(load_dgl, {}) for name in DGL_SPECS},
+    "ogbn-arxiv": DatasetSpec(load_ogb, {"to_bidirected": Param(bool, True)}),
+    "ogbn-products": DatasetSpec(load_ogb, {}),
+    "ogbn-proteins": DatasetSpec(load_ogb, {}),
+    "planted": DatasetSpec(load_planted, PLANTED_PARAMS, check_planted),
+    "powerlaw": DatasetSpec(load_powerlaw, POWER_LAW_PARAMS, check_power_law),
+}
+
+
+def dataset_names() -> list[str]:
+    return sorted(DATASETS)
+
+
+def canonical_name(name: str) -> str:
+    """Lower case; 'ogbn_arxiv' and 'ogbn-arxiv' are the same. Raises ValueError if unknown."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(dataset_names())}")
+    return key
+
+
+def layout(name: str, root=None) -> str:
+    """Where a dataset's files go under the data root, in words (generators: none)."""
+    name = canonical_name(name)
+    if name in DGL_SPECS or name in OGB_SPECS:
+        return describe_layout(name, root)
+    return "generated (no files)"
+
+
+def check_params(name: str, params: dict, where: str = "params") -> dict:
+    """Validate a dataset's parameters: unknown keys, wrong types, values out of range and
+    values that do not fit together raise ValueError naming ``<where>.<key>`` and what is
+    allowed. Returns the given parameters with numbers converted to their types."""
+    name = canonical_name(name)
+    spec = DATASETS[name]
+    out = check_values(spec.params, params, where, name)
+    if spec.check is not None:
+        spec.check(with_defaults(spec.params, out), where)
+    return out
+
+
+def load_dataset(name: str, root=None, self_loops: bool = True, **params) -> Dataset:
+    """Load a dataset by name (see :mod:`dgl_maxk.data` for the names and their params).
+
+    Parameters
+    ----------
+    name : str -- reddit, flickr, yelp, ogbn-arxiv, ogbn-products, ogbn-proteins, cora,
+        citeseer, pubmed, planted, powerlaw
+    root : str or Path, optional -- data root (default ``$DGL_MAXK_DATA``, else ``./data``)
+    self_loops : bool -- remove existing self-loops and add one per node
+    **params -- generator parameters (``planted``, ``powerlaw``) or ``to_bidirected`` for
+        ogbn-arxiv (default True: arxiv's citation edges are directed)
+
+    Raises
+    ------
+    DatasetNotFound -- a real dataset is missing; the message lists the files and folder
+    DatasetError -- a file is there but cannot be read; the message names it and the way on
+    ValueError -- unknown name, or a parameter unknown, of the wrong type or out of range
+    """
+    key = canonical_name(name)
+    params = check_params(key, params)
+    return DATASETS[key].loader(key, root, self_loops, **params)

@@ -1,6 +1,6 @@
 """Benchmark the CUDA kernels of dgl_maxk against cuSPARSE and torch.topk, in one run.
 
-For each graph (power-law, dgl_maxk.synthetic.power_law_csr) and each k:
+For each graph (power-law, dgl_maxk.data.power_law_csr) and each k:
 
 * forward  ``cbsr_spgemm`` (Y = A X, X in CBSR)      vs cuSPARSE SpMM on dense d-wide X
   (``torch.sparse.mm`` on a CSR tensor, the kernel DGL uses on GPUs);

@@ -227,7 +227,7 @@ def test_empty_graphs():
 
 
 def test_power_law_graph_multi_group():
-    from dgl_maxk.synthetic import power_law_csr
+    from dgl_maxk.data import power_law_csr
     seed = fresh_seed()
     indptr, indices = power_law_csr(3001, 400_000, seed=seed, device=DEV)
     assert int((indptr[1:] - indptr[:-1]).max()) > 2 * launch.group_size()

@@ -1,0 +1,179 @@
+// What the three edge-group kernels (cbsr_spgemm.cu, cbsr_sspmm.cu, cbsr_sddmm.cu) share:
+// their compile-time constants, the CBSR value and index types, how a warp walks its edge
+// groups and the edges in them, how CBSR entries are loaded, how a dY row is staged in shared
+// memory, and the vector reduction into global memory. Each kernel says only what it does
+// with a batch of edges. dgl_maxk.backends.cuda.runtime pastes this file in place of the
+// kernels' #include line; dgl_maxk.backends.cuda.launch picks the constants.
+//
+// Edge groups: group g covers CSR entries [group_start[g], group_start[g+1]) of destination
+// row group_row[g] & 0x7fffffff; the top bit of group_row[g] is set when the row spans several
+// groups. Persistent warps take groups g, g + (all warps), ... (uniform per warp; no
+// block-wide barrier anywhere). A warp is split into P_S = 32 / P_L sub-groups of P_L lanes;
+// sub-group s takes edges s, s + P_S, ... of each batch of 32 edges, P_U of them in flight.
+//
+// Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
+// P_U edges in flight per sub-group, P_QV entries per lane per load (1, or 4 when k % 4 == 0
+// and rows are 16-byte aligned), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
+// SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 int16).
+
+#ifndef P_D4
+#define P_D4 1
+#endif
+#ifndef P_L
+#define P_L 32
+#endif
+#ifndef P_T
+#define P_T 1
+#endif
+#ifndef P_U
+#define P_U 4
+#endif
+#ifndef P_QV
+#define P_QV 1
+#endif
+#ifndef WARPS
+#define WARPS 8
+#endif
+#ifndef P_MINB
+#define P_MINB 1
+#endif
+#ifndef VAL_KIND
+#define VAL_KIND 0
+#endif
+#ifndef IDX_BYTES
+#define IDX_BYTES 1
+#endif
+
+#define P_S (32 / P_L)
+#define FULL_MASK 0xffffffffu
+
+#if IDX_BYTES == 1
+typedef unsigned char idx_t;
+#define IDX_TO_INT(x) ((int)(x))
+#else
+typedef short idx_t;
+#define IDX_TO_INT(x) ((int)(unsigned short)(x))
+#endif
+
+#if VAL_KIND == 0
+typedef float val_t;
+__device__ __forceinline__ float to_f32(float v) { return v; }
+#else
+typedef unsigned short val_t;
+__device__ __forceinline__ float to_f32(unsigned short v) {
+#if VAL_KIND == 1
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+#else
+    return __uint_as_float(((unsigned int)v) << 16);
+#endif
+}
+#endif
+
+// Four fp32 adds into global memory at addr (16-byte aligned), one vector reduction on sm_90.
+__device__ __forceinline__ void red_add_v4(float* addr, float4 v) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+#else
+    atomicAdd(addr, v.x); atomicAdd(addr + 1, v.y); atomicAdd(addr + 2, v.z);
+    atomicAdd(addr + 3, v.w);
+#endif
+}
+
+// P_QV consecutive CBSR indices of a row, from entry pointer pi (aligned when P_QV == 4).
+__device__ __forceinline__ void load_indices(const idx_t* pi, int (&ix)[P_QV]) {
+#if P_QV == 4
+#if IDX_BYTES == 1
+    const unsigned int q = *reinterpret_cast<const unsigned int*>(pi);
+    ix[0] = q & 0xff; ix[1] = (q >> 8) & 0xff; ix[2] = (q >> 16) & 0xff; ix[3] = q >> 24;
+#else
+    const uint2 q = *reinterpret_cast<const uint2*>(pi);
+    ix[0] = q.x & 0xffff; ix[1] = q.x >> 16; ix[2] = q.y & 0xffff; ix[3] = q.y >> 16;
+#endif
+#else
+    ix[0] = IDX_TO_INT(*pi);
+#endif
+}
+
+// P_QV consecutive CBSR values of a row as fp32, from entry pointer pv.
+__device__ __forceinline__ void load_values(const val_t* pv, float (&v)[P_QV]) {
+#if P_QV == 4
+#if VAL_KIND == 0
+    const float4 w = *reinterpret_cast<const float4*>(pv);
+    v[0] = w.x; v[1] = w.y; v[2] = w.z; v[3] = w.w;
+#else
+    const uint2 w = *reinterpret_cast<const uint2*>(pv);
+    v[0] = to_f32((unsigned short)(w.x & 0xffff)); v[1] = to_f32((unsigned short)(w.x >> 16));
+    v[2] = to_f32((unsigned short)(w.y & 0xffff)); v[3] = to_f32((unsigned short)(w.y >> 16));
+#endif
+#else
+    v[0] = to_f32(*pv);
+#endif
+}
+
+// Copy row (d floats) into the warp's shared-memory buffer.
+__device__ __forceinline__ void stage_row(float* buf, const float* row, int d, int lane) {
+#if P_D4
+    for (int c = lane * 4; c < d; c += 128)
+        *reinterpret_cast<float4*>(buf + c) = *reinterpret_cast<const float4*>(row + c);
+#else
+    for (int c = lane; c < d; c += 32) buf[c] = row[c];
+#endif
+}
+
+// Where a lane sits: its warp in the block, its sub-group and its place in the sub-group.
+struct LanePlace {
+    int lane, warp, sub, sl;
+    __device__ __forceinline__ LanePlace()
+        : lane(threadIdx.x & 31), warp(threadIdx.x >> 5), sub((threadIdx.x & 31) / P_L),
+          sl((threadIdx.x & 31) % P_L) {}
+};
+
+// on_group(g) for each edge group of this warp (persistent warps).
+template <class OnGroup>
+__device__ __forceinline__ void for_each_group(long long num_groups, int warp, OnGroup on_group) {
+    for (long long g = (long long)blockIdx.x * WARPS + warp; g < num_groups;
+         g += (long long)gridDim.x * WARPS)
+        on_group(g);
+}
+
+// One batch of edges for a sub-group: P_U edges (slot u: column col[u], edge value val[u],
+// position le[u] in the current block of 32 edges starting at CSR entry eb; ok[u] false past
+// the group's end). kValues: whether the edge values are loaded (val[] is 0 otherwise).
+template <bool kValues, class OnBatch>
+__device__ __forceinline__ void for_each_edge_batch(const int* __restrict__ col_idx,
+                                                    const float* __restrict__ edge_val,
+                                                    long long e0, long long e1,
+                                                    const LanePlace& p, OnBatch on_batch) {
+    // The next 32 (column, value) pairs are loaded while this batch is gathered.
+    int col_next = 0;
+    float a_next = 0.f;
+    if (e0 + p.lane < e1) {
+        col_next = col_idx[e0 + p.lane];
+        if (kValues) a_next = edge_val[e0 + p.lane];
+    }
+    for (long long eb = e0; eb < e1; eb += 32) {
+        const int n = (int)min(32LL, e1 - eb);
+        const int col = col_next;
+        const float a = a_next;
+        if (eb + 32 + p.lane < e1) {
+            col_next = col_idx[eb + 32 + p.lane];
+            if (kValues) a_next = edge_val[eb + 32 + p.lane];
+        }
+        for (int t0 = 0; t0 < n; t0 += P_S * P_U) {  // uniform trip count over the warp
+            int cc[P_U], le[P_U];
+            float aa[P_U];
+            bool ok[P_U];
+#pragma unroll
+            for (int u = 0; u < P_U; ++u) {
+                le[u] = t0 + u * P_S + p.sub;
+                cc[u] = __shfl_sync(FULL_MASK, col, le[u] & 31);
+                aa[u] = kValues ? __shfl_sync(FULL_MASK, a, le[u] & 31) : 0.f;
+                ok[u] = le[u] < n;
+            }
+            on_batch(cc, aa, ok, le, eb);
+        }
+    }
+}

@@ -203,3 +203,299 @@ def test_sparse_input_dropout_keeps_pattern_and_scales():
     kept = y.values() != 0
     assert 0.3 < kept.float().mean() < 0.7
     assert torch.allclose(y.values()[kept], 2 * x.values()[kept])
+
+
+# --------------------------------------------------------------------------- one step
+
+
+def test_one_train_step_serves_both_modes(planted, tmp_path, monkeypatch):
+    from dgl_maxk.training import sampling, seed
+    assert seed.train_step is step.train_step and sampling.train_step is step.train_step
+    graphs = []
+
+    def spy(model, graph, *args, **kwargs):
+        graphs.append(graph)
+        return step.train_step(model, graph, *args, **kwargs)
+    monkeypatch.setattr(seed, "train_step", spy)
+    monkeypatch.setattr(sampling, "train_step", spy)
+    _run(small_config(**{"train.epochs": 2}), planted, tmp_path / "full")
+    assert graphs == [planted.graph] * 2
+    graphs.clear()
+    _run(small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, 4],
+                         "sampling.batch_size": 32}), planted, tmp_path / "mb")
+    assert len(graphs) == -(-int(planted.train_mask.sum()) // 32)
+    assert all(isinstance(g, list) and len(g) == 2 for g in graphs)  # two sampled blocks
+
+
+def test_train_step_returns_the_detached_loss_and_steps(planted):
+    from dgl_maxk.models import build_model
+    model = build_model("sage", 12, 16, 5, 2, k=4, dropout=0.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rows = torch.randperm(planted.num_nodes)[:50]
+    labels = planted.labels[rows]
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(
+            model(planted.graph, planted.features)[rows], labels)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = step.train_step(model, planted.graph, planted.features, labels, opt, rows=rows,
+                           precision="fp32")
+    assert loss.dim() == 0 and not loss.requires_grad
+    torch.testing.assert_close(loss, expected)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+# --------------------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("precision, matmul, autocast", [("fp32", "highest", False),
+                                                         ("tf32", "high", False),
+                                                         ("bf16", "high", True)])
+def test_precision_applies_is_recorded_and_restored(precision, matmul, autocast, tmp_path,
+                                                    monkeypatch):
+    from dgl_maxk.training import seed
+    seen = set()
+
+    def spy(model, graph, features, *args, **kwargs):
+        seen.add(torch.get_float32_matmul_precision())
+        wrapped = model.forward
+        model.forward = lambda *a: seen.add(torch.is_autocast_enabled("cpu")) or wrapped(*a)
+        try:
+            return step.train_step(model, graph, features, *args, **kwargs)
+        finally:
+            del model.forward
+    monkeypatch.setattr(seed, "train_step", spy)
+    caller = "medium" if precision != "fp32" else "high"
+    torch.set_float32_matmul_precision(caller)
+    try:
+        cfg = small_config(**{"train.epochs": 2, "train.precision": precision})
+        res = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True)
+        assert torch.get_float32_matmul_precision() == caller
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert seen == {matmul, autocast}
+    saved = json.loads((Path(res["run_dir"]) / "results.json").read_text())
+    assert saved["precision"] == precision and saved["config"]["train"]["precision"] == precision
+    assert saved["environment"]["precision"] == precision
+    assert saved["environment"]["float32_matmul_precision"] == matmul
+    head = (Path(res["run_dir"]) / "log.txt").read_text().splitlines()[:3]
+    assert any(line.startswith(f"precision: {precision} ") and matmul in line for line in head)
+
+
+def test_precision_default_is_tf32():
+    assert small_config()["train"]["precision"] == "tf32"
+
+
+# --------------------------------------------------------------------------- hard edges
+
+
+def _partial_run(tmp_path, epochs_done=2, **overrides):
+    """A run of one seed stopped by its budget after ``epochs_done`` epochs."""
+    cfg = small_config(**{"train.epochs": 5, "train.checkpoint_every": 0, **overrides})
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path / "runs", progress=False,
+                           quiet=True, stop_after_epochs=epochs_done)
+    run_dir = Path(res["run_dir"])
+    return cfg, run_dir, run_dir / "maxk4" / "seed0"
+
+
+def _reference(cfg, tmp_path):
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path / "ref", progress=False, quiet=True)
+    return res["variants"]["maxk4"]["seeds"][0]
+
+
+def _damage(path: Path, how: str):
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": data[:len(data) // 2],
+                      "junk": bytes(torch.randint(0, 256, (len(data),)).tolist())}[how])
+
+
+def test_budget_stop_saves_checkpoint_and_is_incomplete(tmp_path):
+    cfg, run_dir, seed_dir = _partial_run(tmp_path)  # checkpoint_every 0
+    assert not json.loads((run_dir / "results.json").read_text())["complete"]
+    ckpt = torch.load(seed_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["state"]["epoch"] == 2 and not ckpt["state"]["finished"]
+
+
+@pytest.mark.parametrize("kwargs", [{"stop_after_epochs": 0}, {"stop_after_epochs": -2},
+                                    {"stop_after_epochs": 1.5}, {"time_limit": -1},
+                                    {"time_limit": 0}])
+def test_bad_budget_is_refused_before_any_work(kwargs, tmp_path):
+    with pytest.raises(T.ConfigError, match="stop-after-epochs|time-limit"):
+        T.run_experiment(small_config(), device="cpu", out=tmp_path, progress=False,
+                         quiet=True, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "junk"])
+def test_unreadable_checkpoint_is_named_and_restartable(how, tmp_path):
+    cfg, run_dir, seed_dir = _partial_run(tmp_path)
+    ckpt = seed_dir / "checkpoint.pt"
+    _damage(ckpt, how)
+    log_before = (run_dir / "log.txt").read_text()
+    with pytest.raises(T.CheckpointError) as info:
+        T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
+    assert str(ckpt) in str(info.value) and "--restart-corrupt" in str(info.value)
+    assert (run_dir / "log.txt").read_text() == log_before  # a refused resume writes nothing
+    res = T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True,
+                           restart_corrupt=True)
+    assert res["complete"]
+    assert (seed_dir / "checkpoint.pt.corrupt").is_file()
+    assert "checkpoint.pt.corrupt" in (run_dir / "log.txt").read_text()
+    ref = _reference(cfg, tmp_path)
+    got = res["variants"]["maxk4"]["seeds"][0]
+    assert [r["loss"] for r in got["history"]] == [r["loss"] for r in ref["history"]]
+
+
+def test_finished_seed_is_not_retrained_when_its_checkpoint_is_unreadable(planted, tmp_path,
+                                                                          monkeypatch):
+    from dgl_maxk.training import seed
+    cfg = small_config()
+    first = _run(cfg, planted, tmp_path)
+    _damage(tmp_path / "checkpoint.pt", "truncated")
+    monkeypatch.setattr(seed, "train_step", lambda *a, **k: pytest.fail("retrained"))
+    assert _run(cfg, planted, tmp_path) == json.loads(json.dumps(first))
+
+
+@pytest.mark.parametrize("how", ["empty", "junk", "other_seed"])
+def test_unreadable_result_is_treated_as_missing(how, planted, tmp_path, monkeypatch):
+    from dgl_maxk.training import seed
+    cfg = small_config()
+    first = _run(cfg, planted, tmp_path)
+    result = tmp_path / "result.json"
+    if how == "other_seed":
+        result.write_text(json.dumps(dict(first, seed=7)))
+    else:
+        _damage(result, how)
+    # rebuilt from the finished checkpoint, without training again
+    monkeypatch.setattr(seed, "train_step", lambda *a, **k: pytest.fail("retrained"))
+    again = _run(cfg, planted, tmp_path)
+    for key in ("history", "best_epoch", "best_val", "test_at_best_val", "final"):
+        assert again[key] == json.loads(json.dumps(first[key])), key
+    assert json.loads(result.read_text())["seed"] == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe binary \x80", b"- a\n- list\n",
+                                     b"name: [unclosed", b"model: {name: sage}\n"])
+def test_unreadable_run_config_is_named(content, tmp_path):
+    _, run_dir, _ = _partial_run(tmp_path)
+    (run_dir / "config.yaml").write_bytes(content)
+    log_before = (run_dir / "log.txt").read_text()
+    with pytest.raises(T.ConfigError, match=str(run_dir / "config.yaml")):
+        T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
+    assert (run_dir / "log.txt").read_text() == log_before
+
+
+def test_refused_resume_leaves_the_log_alone(tmp_path):
+    import yaml
+    _, run_dir, _ = _partial_run(tmp_path)
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg["train"]["lr"] = 0.05
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    log_before = (run_dir / "log.txt").read_text()
+    with pytest.raises(T.ConfigError, match="another config"):
+        T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
+    assert (run_dir / "log.txt").read_text() == log_before
+
+
+def test_signal_handlers_are_restored(tmp_path):
+    import signal
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    T.run_experiment(small_config(**{"train.epochs": 1}), device="cpu", out=tmp_path,
+                     progress=False, quiet=True)
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+# --------------------------------------------------------------------------- signals
+
+_CHILD = """
+import json, signal, sys
+import dgl_maxk
+from dgl_maxk import training as T
+cfg = T.validate_config(json.loads(sys.argv[1]))
+try:
+    T.run_experiment(cfg, device="cpu", out=sys.argv[2], progress=False)
+except T.RunInterrupted as err:
+    print("INTERRUPTED", err.run_dir, err.signal_name, flush=True)
+    sys.exit(4)
+"""
+
+
+def _child_env():
+    import os
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_signal_saves_a_checkpoint_and_resume_completes(signame, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    cfg = small_config(**{"train.epochs": 400, "train.checkpoint_every": 0})
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(cfg), str(tmp_path)],
+                             cwd=REPO, env=_child_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    for line in child.stdout:
+        if "epoch    2/" in line:
+            os.kill(child.pid, getattr(signal, signame))
+            break
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 4, err[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert f"INTERRUPTED {run_dir} {signame}" in out
+    seed_dir = run_dir / "maxk4" / "seed0"
+    ckpt = torch.load(seed_dir / "checkpoint.pt", weights_only=False)
+    done = ckpt["state"]["epoch"]
+    assert 2 <= done < 400 and len(ckpt["state"]["history"]) == done
+    assert not json.loads((run_dir / "results.json").read_text())["complete"]
+    assert not list(run_dir.rglob("*.tmp*"))
+    resumed = T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True,
+                               stop_after_epochs=3)
+    ref = T.run_experiment(cfg, device="cpu", out=tmp_path / "ref", progress=False,
+                           quiet=True, stop_after_epochs=done + 3)
+    a, b = (r["run_dir"] for r in (resumed, ref))
+    hist_a = torch.load(Path(a) / "maxk4" / "seed0" / "checkpoint.pt", weights_only=False)
+    hist_b = torch.load(Path(b) / "maxk4" / "seed0" / "checkpoint.pt", weights_only=False)
+    assert hist_a["state"]["history"][-1]["epoch"] == done + 3
+    assert [r["loss"] for r in hist_a["state"]["history"]] == \
+        [r["loss"] for r in hist_b["state"]["history"]]
+
+
+_WRITER = """
+import os, signal, sys, time
+import torch
+from dgl_maxk.training import checkpoint as C
+real_save = torch.save
+def slow_save(obj, f):
+    f.write(b"partial")
+    os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the write
+    time.sleep(0.2)
+    f.seek(0)
+    real_save(obj, f)
+torch.save = slow_save
+C.save_checkpoint(sys.argv[1], {"x": torch.arange(5)})
+print("NOT REACHED")
+"""
+
+
+def test_sigterm_during_a_checkpoint_write_leaves_a_whole_file_and_no_temp(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    path = tmp_path / "checkpoint.pt"
+    r = subprocess.run([sys.executable, "-c", _WRITER, str(path)], cwd=REPO, env=_child_env(),
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == -signal.SIGTERM, r.stderr[-2000:]  # the signal took its course
+    assert "NOT REACHED" not in r.stdout
+    assert torch.equal(torch.load(path, weights_only=False)["x"], torch.arange(5))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    def boom(obj, f):
+        f.write(b"partial")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(KeyboardInterrupt):
+        C.save_checkpoint(tmp_path / "c.pt", {"x": 1})
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,9 @@ the epoch time it implies, and where the time goes (sampling on the CPU, feature
 copying, compute). The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of
 ``dgl.nn.SAGEConv`` with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU
 with the DGL wheels of the package index). Processes are forked, one per GPU, and joined
-through NCCL with DistributedDataParallel.
+through NCCL with DistributedDataParallel. Each step is the trainer's own
+(``dgl_maxk.training.step.train_step``), under ``--precision`` (default tf32, the paper's
+setting) for every variant alike.
 
     python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
     python scripts/bench_minibatch.py --nodes 20000 --degree 10 --gpus 1 --device cpu --steps 5
@@ -26,9 +28,11 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dgl_maxk import minibatch, ops  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
+from dgl_maxk.training import distributed  # noqa: E402
+from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
+from dgl_maxk.training.sampling import make_loader, train_epoch  # noqa: E402
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -52,7 +56,15 @@ def worker(rank, world, args, port, queue):
     # DGL's sampler in the child, and pickling a 100M-edge graph to each process is slower.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    rank, world, device = minibatch.init_distributed(torch.device(args.device))
+    rank, world, device = distributed.init_distributed(torch.device(args.device))
+    with precision_scope(args.precision):
+        time_variants(rank, world, device, args, queue)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def time_variants(rank, world, device, args, queue):
+    """Time every variant on this process; rank 0 puts each one's numbers on ``queue``."""
     t0 = time.perf_counter()
     graph, feats, labels, train_idx, classes = build_data(args)
     build_s = time.perf_counter() - t0
@@ -67,27 +79,24 @@ def worker(rank, world, args, port, queue):
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None)
         opt = torch.optim.Adam(model.parameters(), lr=0.003)
-        loader = minibatch.make_loader(graph, train_idx, args.fanouts, args.batch_size,
-                                       args.seed, use_ddp=world > 1)
-        ops.CHECK_INPUTS = True
-        minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
-                              max_steps=args.warmup)
-        ops.CHECK_INPUTS = False  # inputs were validated in the warm-up: no syncs per step
+        loader = make_loader(graph, train_idx, args.fanouts, args.batch_size, args.seed,
+                             use_ddp=world > 1)
+        train_epoch(model, loader, feats_d, labels_d, opt, device, False,
+                    max_steps=args.warmup, precision=args.precision)
         if world > 1:
             torch.distributed.barrier()
         start = time.perf_counter()
-        stats = minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
-                                      max_steps=args.steps, timed=args.breakdown)
-        minibatch.synchronize(device)
+        stats = train_epoch(model, loader, feats_d, labels_d, opt, device, False,
+                            max_steps=args.steps, timed=args.breakdown,
+                            precision=args.precision)
+        distributed.synchronize(device)
         stats["wall_s"] = time.perf_counter() - start
         seeds = stats["seeds"]
-        stats = minibatch.all_reduce_mean(stats, device)
+        stats = distributed.all_reduce_mean(stats, device)
         stats.update(variant=variant, seeds_total=seeds * world,
                      graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
         if rank == 0:
             queue.put(stats)
-    if world > 1:
-        torch.distributed.destroy_process_group()
 
 
 def main():
@@ -110,6 +119,9 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/minibatch")
+    parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
+                        help="for every variant: fp32, tf32 (TF32 matmuls; the paper's, "
+                             "default) or bf16 (TF32 plus bfloat16 autocast)")
     args = parser.parse_args()
     if len(args.fanouts) != args.layers:
         parser.error(f"--fanouts needs one value per layer ({args.layers})")
@@ -133,6 +145,7 @@ def main():
             variant = stats["variant"]
             nodes, edges, seeds, build_s = stats.pop("graph")
             if not results:
+                print(f"precision: {args.precision} for every variant")
                 print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
                       f"(built in {build_s:.1f} s per process)", flush=True)
             throughput = stats["seeds_total"] / stats["wall_s"]
@@ -151,7 +164,10 @@ def main():
             p.join()
         if any(p.exitcode != 0 for p in procs):
             raise SystemExit(f"a process on {world} device(s) failed")
-    lines = ["| variant | GPUs | seeds/s | ms/step | epoch (s, est.) | scaling vs 1 GPU | "
+    lines = [f"Precision: {args.precision} for every variant (float32 matmul precision "
+             f"'{MATMUL_PRECISION[args.precision]}'"
+             + (", bfloat16 autocast" if args.precision == "bf16" else "") + ").", "",
+             "| variant | GPUs | seeds/s | ms/step | epoch (s, est.) | scaling vs 1 GPU | "
              "speedup vs ReLU |", "|---|---|---|---|---|---|---|"]
     for r in results:
         one = next((o for o in results if o["variant"] == r["variant"] and o["gpus"] == 1), None)

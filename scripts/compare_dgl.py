@@ -12,12 +12,18 @@ and peak GPU memory of:
 - ``pyg-relu``: the PyG model when ``torch_geometric`` is installed;
 - ``maxk-k<k>``: dgl_maxk for each k.
 
+Every arm runs the trainer's own step (``dgl_maxk.training.step.train_step``) under the same
+``--precision`` (default tf32, the paper's setting: TF32 matmuls; bf16 adds bfloat16
+autocast). ``--graphs medium`` is a power-law graph of 200,000 nodes with mean in-degree 40
+and 128 features, trained 3 x 256: most users' graphs look more like it than like Reddit.
+
 It also times the baseline's aggregations alone (forward and backward of each layer's SpMM),
 prints the share of the baseline epoch they take, the Amdahl limit that share implies
 (1 / (1 - share)) and the fraction of it each MaxK run reaches. Writes a JSON file and a PNG
 plot; ``--profile`` adds a per-operation breakdown of one epoch of each model.
 
     python scripts/compare_dgl.py --graphs reddit-sized products-sized --out runs/compare
+    python scripts/compare_dgl.py --graphs medium --precision bf16
     python scripts/compare_dgl.py --graphs small --device cpu --epochs 3   # a CPU check
 """
 from __future__ import annotations
@@ -38,13 +44,16 @@ import dgl_maxk  # noqa: E402
 from dgl_maxk import ops  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
-from dgl_maxk.minibatch import loss_fn  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
+from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
+                                         precision_scope)
+from dgl_maxk.training.step import train_step  # noqa: E402
 
 # name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
 GRAPHS = {
     "reddit-sized": (232_965, 114_615_892 / 232_965, 602, 41, 4),
     "products-sized": (2_449_029, 123_718_280 / 2_449_029, 100, 47, 3),
+    "medium": (200_000, 40.0, 128, 47, 3),
     "small": (20_000, 20.0, 64, 10, 2),
 }
 
@@ -94,7 +103,14 @@ class Timer:
             self.ms = (time.perf_counter() - self.t0) * 1e3
 
 
-def time_training(model, graph, feats, labels, mask, device, epochs, warmup):
+def epoch_step(model, graph, feats, labels, mask, opt, precision):
+    """One full-graph training epoch: the trainer's step, as ``python -m dgl_maxk train``
+    runs it."""
+    return train_step(model, graph, feats, labels[mask], opt, rows=mask,
+                      multilabel=labels.dim() == 2, precision=precision)
+
+
+def time_training(model, graph, feats, labels, mask, device, epochs, warmup, precision):
     """Median epoch time (ms) and peak memory (GiB, GPU only) of full-graph training."""
     model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -104,16 +120,9 @@ def time_training(model, graph, feats, labels, mask, device, epochs, warmup):
         torch.cuda.reset_peak_memory_stats(device)
     for epoch in range(warmup + epochs):
         with Timer(device) as t:
-            model.train()
-            opt.zero_grad(set_to_none=True)
-            logits = model(graph, feats)
-            loss_fn(logits[mask], labels[mask], labels.dim() == 2).backward()
-            opt.step()
-        if epoch == 0:
-            ops.CHECK_INPUTS = False  # the inputs were validated once; keep the loop sync-free
+            epoch_step(model, graph, feats, labels, mask, opt, precision)
         if epoch >= warmup:
             times.append(t.ms)
-    ops.CHECK_INPUTS = True
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return statistics.median(times), peak
 
@@ -225,14 +234,12 @@ BREAKDOWN = (  # (operation, substrings of CUDA kernel names), first match wins
 )
 
 
-def profile_epoch(model, graph, feats, labels, mask, device):
+def profile_epoch(model, graph, feats, labels, mask, device, precision):
     """CUDA time per operation group over one training epoch (ms)."""
     from torch.profiler import ProfilerActivity, profile
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(graph, feats)[mask], labels[mask], labels.dim() == 2).backward()
-        opt.step()
+        epoch_step(model, graph, feats, labels, mask, opt, precision)
         torch.cuda.synchronize()
     groups = {}
     for event in prof.key_averages():
@@ -262,7 +269,15 @@ def main():
     parser.add_argument("--profile", action="store_true", help="add a per-operation breakdown")
     parser.add_argument("--out", default="runs/compare", help="output directory")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
+                        help="for every arm: fp32, tf32 (TF32 matmuls; the paper's, default) "
+                             "or bf16 (TF32 plus bfloat16 autocast)")
     args = parser.parse_args()
+    with precision_scope(args.precision):
+        run(args)
+
+
+def run(args):
 
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if args.device == "auto" else args.device)
@@ -273,9 +288,12 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     env = {"torch": torch.__version__, "dgl": dgl.__version__, "python": platform.python_version(),
            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-           "dgl_maxk_backend": backend, "stock_dgl_device": str(dgl_device)}
+           "dgl_maxk_backend": backend, "stock_dgl_device": str(dgl_device),
+           "precision": args.precision,
+           "float32_matmul_precision": torch.get_float32_matmul_precision()}
     print(f"device {env['device']}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
-          + ("" if dgl_device == device else " (this DGL has no CUDA)"))
+          + ("" if dgl_device == device else " (this DGL has no CUDA)")
+          + f"; precision {args.precision} for every arm")
     results = []
     for graph_name in args.graphs:
         torch.manual_seed(args.seed)
@@ -305,7 +323,7 @@ def main():
             torch.manual_seed(args.seed)
             base = build_model(model_name, nonlinearity="relu", **kwargs)
             ms, peak = time_training(base, graph, feats_d, labels_d, mask_d, device,
-                                     args.epochs, args.warmup)
+                                     args.epochs, args.warmup, args.precision)
             record(baseline, ms, peak, device)
             agg_ms = time_aggregation(graph, args.hidden, AGG_NORM[model_name], layers, device,
                                       args.epochs)
@@ -317,7 +335,8 @@ def main():
                 g_stock = graph.to(dgl_device)
                 ms_dgl, peak_dgl = time_training(
                     stock, g_stock, feats.to(dgl_device), labels.to(dgl_device),
-                    mask.to(dgl_device), dgl_device, max(1, args.epochs // 3), 1)
+                    mask.to(dgl_device), dgl_device, max(1, args.epochs // 3), 1,
+                    args.precision)
                 record("dgl-relu", ms_dgl, peak_dgl, dgl_device)
             else:
                 print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
@@ -327,13 +346,13 @@ def main():
             if pyg is not None:
                 ms_pyg, peak_pyg = time_training(pyg, pyg_adjacency(graph, device), feats_d,
                                                  labels_d, mask_d, device, args.epochs,
-                                                 args.warmup)
+                                                 args.warmup, args.precision)
                 record("pyg-relu", ms_pyg, peak_pyg, device)
             for k in args.ks:
                 torch.manual_seed(args.seed)
                 model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
                 ms_k, peak_k = time_training(model, graph, feats_d, labels_d, mask_d, device,
-                                             args.epochs, args.warmup)
+                                             args.epochs, args.warmup, args.precision)
                 speedup = ms / ms_k
                 record(f"maxk-k{k}", ms_k, peak_k, device,
                        f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
@@ -346,7 +365,8 @@ def main():
             if args.profile and device.type == "cuda":
                 for variant, model in ((baseline, base),
                                        (f"maxk-k{args.ks[-1]}", model)):
-                    breakdown = profile_epoch(model, graph, feats_d, labels_d, mask_d, device)
+                    breakdown = profile_epoch(model, graph, feats_d, labels_d, mask_d, device,
+                                              args.precision)
                     rows.append({"graph": graph_name, "model": model_name, "variant": variant,
                                  "breakdown_ms": breakdown})
                     print(f"  {model_name:4s} {variant} breakdown (ms): "
@@ -356,7 +376,7 @@ def main():
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    table = markdown_table(results)
+    table = markdown_table(results, args.precision)
     print("\n" + table)
     (out / "compare.json").write_text(json.dumps({"environment": env, "args": vars(args),
                                                   "results": results}, indent=2))
@@ -365,8 +385,11 @@ def main():
     print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
 
 
-def markdown_table(results):
-    lines = ["| graph | model | variant | device | epoch (ms) | peak (GiB) | speedup vs CSR ReLU "
+def markdown_table(results, precision):
+    lines = [f"Precision: {precision} for every arm (float32 matmul precision "
+             f"'{MATMUL_PRECISION[precision]}'" + (", bfloat16 autocast" if precision == "bf16"
+                                                   else "") + ").", "",
+             "| graph | model | variant | device | epoch (ms) | peak (GiB) | speedup vs CSR ReLU "
              "| Amdahl limit | fraction of limit |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "epoch_ms" not in r:

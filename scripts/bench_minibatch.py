@@ -99,7 +99,7 @@ def time_variants(rank, world, device, args, queue):
             queue.put(stats)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2_449_029)
     parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
@@ -125,45 +125,49 @@ def main():
     args = parser.parse_args()
     if len(args.fanouts) != args.layers:
         parser.error(f"--fanouts needs one value per layer ({args.layers})")
+    return args
 
-    ctx = mp.get_context("spawn")
-    results = []
-    for world in args.gpus:
-        if args.device == "cuda" and world > torch.cuda.device_count():
-            print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
-            continue
-        # One share of the cores per process: DGL's sampler (OpenMP) in every process using
-        # all cores oversubscribes them. Spawned processes inherit the variable.
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
-        queue = ctx.SimpleQueue()
-        procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        for _ in args.variants:
-            stats = queue.get()
-            variant = stats["variant"]
-            nodes, edges, seeds, build_s = stats.pop("graph")
-            if not results:
-                print(f"precision: {args.precision} for every variant")
-                print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
-                      f"(built in {build_s:.1f} s per process)", flush=True)
-            throughput = stats["seeds_total"] / stats["wall_s"]
-            row = {"variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
-                   "step_ms": stats["wall_s"] / args.steps * 1e3,
-                   "epoch_s_estimate": seeds / throughput,
-                   "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
-                   "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
-            results.append(row)
-            print(f"{variant:9s} x{world}: {throughput:10.0f} seeds/s, "
-                  f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
-                  + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
-                     f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
-                  flush=True)
-        for p in procs:
-            p.join()
-        if any(p.exitcode != 0 for p in procs):
-            raise SystemExit(f"a process on {world} device(s) failed")
+
+
+def run_world(ctx, world, args, first):
+    """Time every variant on ``world`` processes; one result row per variant."""
+    # One share of the cores per process: DGL's sampler (OpenMP) in every process using
+    # all cores oversubscribes them. Spawned processes inherit the variable.
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
+    queue = ctx.SimpleQueue()
+    procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    rows = []
+    for _ in args.variants:
+        stats = queue.get()
+        variant = stats["variant"]
+        nodes, edges, seeds, build_s = stats.pop("graph")
+        if first and not rows:
+            print(f"precision: {args.precision} for every variant")
+            print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
+                  f"(built in {build_s:.1f} s per process)", flush=True)
+        throughput = stats["seeds_total"] / stats["wall_s"]
+        row = {"variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
+               "step_ms": stats["wall_s"] / args.steps * 1e3,
+               "epoch_s_estimate": seeds / throughput,
+               "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
+               "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
+        rows.append(row)
+        print(f"{variant:9s} x{world}: {throughput:10.0f} seeds/s, "
+              f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
+              + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
+                 f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
+              flush=True)
+    for p in procs:
+        p.join()
+    if any(p.exitcode != 0 for p in procs):
+        raise SystemExit(f"a process on {world} device(s) failed")
+    return rows
+
+
+def markdown_table(results, args) -> str:
     lines = [f"Precision: {args.precision} for every variant (float32 matmul precision "
              f"'{MATMUL_PRECISION[args.precision]}'"
              + (", bfloat16 autocast" if args.precision == "bf16" else "") + ").", "",
@@ -178,7 +182,19 @@ def main():
               if relu else "")
         lines.append(f"| {r['variant']} | {r['gpus']} | {r['throughput_seeds_per_s']:.0f} | "
                      f"{r['step_ms']:.1f} | {r['epoch_s_estimate']:.1f} | {scale} | {vs} |")
-    table = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    ctx = mp.get_context("spawn")
+    results = []
+    for world in args.gpus:
+        if args.device == "cuda" and world > torch.cuda.device_count():
+            print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
+            continue
+        results.extend(run_world(ctx, world, args, first=not results))
+    table = markdown_table(results, args)
     print("\n" + table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

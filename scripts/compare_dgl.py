@@ -34,10 +34,12 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.nn import functional as F
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dgl_maxk  # noqa: E402
@@ -236,7 +238,6 @@ BREAKDOWN = (  # (operation, substrings of CUDA kernel names), first match wins
 
 def profile_epoch(model, graph, feats, labels, mask, device, precision):
     """CUDA time per operation group over one training epoch (ms)."""
-    from torch.profiler import ProfilerActivity, profile
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         epoch_step(model, graph, feats, labels, mask, opt, precision)
@@ -277,13 +278,36 @@ def main():
         run(args)
 
 
-def run(args):
+@dataclass
+class Setup:
+    """Where each arm runs: dgl_maxk and the baselines on ``device``, stock DGL on
+    ``dgl_device``."""
+    args: argparse.Namespace
+    device: torch.device
+    dgl_device: torch.device
+    baseline: str
 
+
+@dataclass
+class GraphCase:
+    """One graph with its data on the host and on the device."""
+    name: str
+    graph: object
+    feats: torch.Tensor
+    labels: torch.Tensor
+    mask: torch.Tensor
+    layers: int
+    classes: int
+    on_device: tuple
+    plan_ms: float
+
+
+def run(args):
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if args.device == "auto" else args.device)
     dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
     backend = ops.backend_for(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
-    baseline = "cusparse-relu" if device.type == "cuda" else "csr-relu"
+    setup = Setup(args, device, dgl_device, "cusparse-relu" if device.type == "cuda" else "csr-relu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = {"torch": torch.__version__, "dgl": dgl.__version__, "python": platform.python_version(),
@@ -296,83 +320,10 @@ def run(args):
           + f"; precision {args.precision} for every arm")
     results = []
     for graph_name in args.graphs:
-        torch.manual_seed(args.seed)
-        t0 = time.perf_counter()
-        graph, feats, labels, mask, layers, classes = load_graph(graph_name, args.root, args.seed)
-        print(f"\n## {graph_name}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges "
-              f"(built in {time.perf_counter() - t0:.1f} s), {layers} x {args.hidden}")
-        feats_d, labels_d, mask_d = feats.to(device), labels.to(device), mask.to(device)
-        t0 = time.perf_counter()
-        dgl_maxk.graph_plan(graph, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        plan_ms = (time.perf_counter() - t0) * 1e3
+        case = load_case(graph_name, setup)
         for model_name in args.models:
-            kwargs = dict(in_feats=feats.shape[1], hidden_feats=args.hidden, out_feats=classes,
-                          num_layers=layers, dropout=args.dropout)
-            rows = []
-
-            def record(variant, ms, peak, where, note=""):
-                rows.append({"graph": graph_name, "model": model_name, "variant": variant,
-                             "epoch_ms": ms, "peak_gib": peak, "device": str(where),
-                             "note": note})
-                mem = f"{peak:.2f} GiB" if peak is not None else "-"
-                print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
-                      f"  on {where} {note}", flush=True)
-
-            torch.manual_seed(args.seed)
-            base = build_model(model_name, nonlinearity="relu", **kwargs)
-            ms, peak = time_training(base, graph, feats_d, labels_d, mask_d, device,
-                                     args.epochs, args.warmup, args.precision)
-            record(baseline, ms, peak, device)
-            agg_ms = time_aggregation(graph, args.hidden, AGG_NORM[model_name], layers, device,
-                                      args.epochs)
-            share = min(agg_ms / ms, 0.999)
-            limit = 1 / (1 - share)
-            if dgl_device.type == "cuda" or graph.num_edges() <= args.dgl_cpu_max_edges:
-                stock = DGLReLU(model_name, feats.shape[1], args.hidden, classes, layers,
-                                args.dropout)
-                g_stock = graph.to(dgl_device)
-                ms_dgl, peak_dgl = time_training(
-                    stock, g_stock, feats.to(dgl_device), labels.to(dgl_device),
-                    mask.to(dgl_device), dgl_device, max(1, args.epochs // 3), 1,
-                    args.precision)
-                record("dgl-relu", ms_dgl, peak_dgl, dgl_device)
-            else:
-                print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
-                      f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
-            pyg = pyg_model(model_name, feats.shape[1], args.hidden, classes, layers,
-                            args.dropout)
-            if pyg is not None:
-                ms_pyg, peak_pyg = time_training(pyg, pyg_adjacency(graph, device), feats_d,
-                                                 labels_d, mask_d, device, args.epochs,
-                                                 args.warmup, args.precision)
-                record("pyg-relu", ms_pyg, peak_pyg, device)
-            for k in args.ks:
-                torch.manual_seed(args.seed)
-                model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
-                ms_k, peak_k = time_training(model, graph, feats_d, labels_d, mask_d, device,
-                                             args.epochs, args.warmup, args.precision)
-                speedup = ms / ms_k
-                record(f"maxk-k{k}", ms_k, peak_k, device,
-                       f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
-                rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
-            for row in rows:
-                row.update(aggregation_ms=agg_ms, aggregation_share=share,
-                           amdahl_limit=limit, plan_ms=plan_ms)
-            print(f"  {model_name:4s} baseline aggregation {agg_ms:.1f} ms = {share:.0%} of the "
-                  f"epoch: Amdahl limit {limit:.2f}x")
-            if args.profile and device.type == "cuda":
-                for variant, model in ((baseline, base),
-                                       (f"maxk-k{args.ks[-1]}", model)):
-                    breakdown = profile_epoch(model, graph, feats_d, labels_d, mask_d, device,
-                                              args.precision)
-                    rows.append({"graph": graph_name, "model": model_name, "variant": variant,
-                                 "breakdown_ms": breakdown})
-                    print(f"  {model_name:4s} {variant} breakdown (ms): "
-                          + ", ".join(f"{g} {v:.1f}" for g, v in breakdown.items()))
-            results.extend(rows)
-        del graph, feats_d, labels_d, mask_d
+            results.extend(compare_model(case, model_name, setup))
+        del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -383,6 +334,92 @@ def run(args):
     (out / "compare.md").write_text(table + "\n")
     plot(results, out / "compare.png")
     print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+
+
+def load_case(graph_name, setup) -> GraphCase:
+    """Build or load the graph, move its data to the device and time its plan."""
+    args, device = setup.args, setup.device
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    graph, feats, labels, mask, layers, classes = load_graph(graph_name, args.root, args.seed)
+    print(f"\n## {graph_name}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges "
+          f"(built in {time.perf_counter() - t0:.1f} s), {layers} x {args.hidden}")
+    on_device = (feats.to(device), labels.to(device), mask.to(device))
+    t0 = time.perf_counter()
+    dgl_maxk.graph_plan(graph, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return GraphCase(graph_name, graph, feats, labels, mask, layers, classes, on_device,
+                     (time.perf_counter() - t0) * 1e3)
+
+
+def compare_model(case, model_name, setup) -> list:
+    """Rows of every arm of one model on one graph (and its breakdown with --profile)."""
+    args, device, baseline = setup.args, setup.device, setup.baseline
+    kwargs = dict(in_feats=case.feats.shape[1], hidden_feats=args.hidden,
+                  out_feats=case.classes, num_layers=case.layers, dropout=args.dropout)
+    timing = (args.epochs, args.warmup, args.precision)
+    rows = []
+
+    def record(variant, ms, peak, where, note=""):
+        rows.append({"graph": case.name, "model": model_name, "variant": variant,
+                     "epoch_ms": ms, "peak_gib": peak, "device": str(where), "note": note})
+        mem = f"{peak:.2f} GiB" if peak is not None else "-"
+        print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
+              f"  on {where} {note}", flush=True)
+
+    torch.manual_seed(args.seed)
+    base = build_model(model_name, nonlinearity="relu", **kwargs)
+    ms, peak = time_training(base, case.graph, *case.on_device, device, *timing)
+    record(baseline, ms, peak, device)
+    agg_ms = time_aggregation(case.graph, args.hidden, AGG_NORM[model_name], case.layers,
+                              device, args.epochs)
+    share = min(agg_ms / ms, 0.999)
+    limit = 1 / (1 - share)
+    time_relu_libraries(case, model_name, setup, record)
+    for k in args.ks:
+        torch.manual_seed(args.seed)
+        model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
+        ms_k, peak_k = time_training(model, case.graph, *case.on_device, device, *timing)
+        speedup = ms / ms_k
+        record(f"maxk-k{k}", ms_k, peak_k, device,
+               f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
+        rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
+    for row in rows:
+        row.update(aggregation_ms=agg_ms, aggregation_share=share, amdahl_limit=limit,
+                   plan_ms=case.plan_ms)
+    print(f"  {model_name:4s} baseline aggregation {agg_ms:.1f} ms = {share:.0%} of the "
+          f"epoch: Amdahl limit {limit:.2f}x")
+    if args.profile and device.type == "cuda":
+        for variant, profiled in ((baseline, base), (f"maxk-k{args.ks[-1]}", model)):
+            breakdown = profile_epoch(profiled, case.graph, *case.on_device, device,
+                                      args.precision)
+            rows.append({"graph": case.name, "model": model_name, "variant": variant,
+                         "breakdown_ms": breakdown})
+            print(f"  {model_name:4s} {variant} breakdown (ms): "
+                  + ", ".join(f"{g} {v:.1f}" for g, v in breakdown.items()))
+    return rows
+
+
+def time_relu_libraries(case, model_name, setup, record):
+    """Stock DGL's and PyG's ReLU models (where they can run), through ``record``."""
+    args, device, dgl_device = setup.args, setup.device, setup.dgl_device
+    if dgl_device.type == "cuda" or case.graph.num_edges() <= args.dgl_cpu_max_edges:
+        stock = DGLReLU(model_name, case.feats.shape[1], args.hidden, case.classes,
+                        case.layers, args.dropout)
+        ms, peak = time_training(stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
+                                 case.labels.to(dgl_device), case.mask.to(dgl_device),
+                                 dgl_device, max(1, args.epochs // 3), 1, args.precision)
+        record("dgl-relu", ms, peak, dgl_device)
+    else:
+        print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
+              f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
+    pyg = pyg_model(model_name, case.feats.shape[1], args.hidden, case.classes, case.layers,
+                    args.dropout)
+    if pyg is not None:
+        ms, peak = time_training(pyg, pyg_adjacency(case.graph, device), *case.on_device,
+                                 device, args.epochs, args.warmup, args.precision)
+        record("pyg-relu", ms, peak, device)
 
 
 def markdown_table(results, precision):

@@ -307,7 +307,8 @@ def run(args):
                           if args.device == "auto" else args.device)
     dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
     backend = ops.backend_for(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
-    setup = Setup(args, device, dgl_device, "cusparse-relu" if device.type == "cuda" else "csr-relu")
+    setup = Setup(args, device, dgl_device,
+                  "cusparse-relu" if device.type == "cuda" else "csr-relu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = {"torch": torch.__version__, "dgl": dgl.__version__, "python": platform.python_version(),

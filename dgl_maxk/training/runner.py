@@ -113,7 +113,8 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
                 stdout.setLevel(logging.INFO)  # the summary is printed even with quiet
             for line in summary_lines(results):
                 LOG.info(line)
-    if signals.signal_name is not None:
+    # a signal after the last epoch changes nothing: the run is complete
+    if signals.signal_name is not None and not complete:
         raise RunInterrupted(run_dir, signals.signal_name)
     return results
 

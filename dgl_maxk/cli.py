@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from .train import ConfigError  # imports torch and DGL; after argument errors
+    from .training import ConfigError  # imports torch and DGL; after argument errors
 
     try:
         if args.command == "validate":
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
 
 
 def _validate(args) -> int:
-    from .train import load_config
+    from .training import load_config
     for path in args.configs:
         cfg = load_config(path, args.overrides)
         print(f"{path}: ok ({cfg['dataset']['name']}, {cfg['model']['name']}, "
@@ -105,7 +105,7 @@ def _datasets() -> int:
 
 def _train(args) -> int:
     from .data import DatasetNotFound
-    from .train import ConfigError, load_config, run_experiment
+    from .training import ConfigError, load_config, run_experiment
     import torch
 
     if args.threads:

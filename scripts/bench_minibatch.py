@@ -8,7 +8,9 @@ the epoch time it implies, and where the time goes (sampling on the CPU, feature
 copying, compute). The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of
 ``dgl.nn.SAGEConv`` with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU
 with the DGL wheels of the package index). Processes are forked, one per GPU, and joined
-through NCCL with DistributedDataParallel.
+through NCCL with DistributedDataParallel. Each step is the trainer's own
+(``dgl_maxk.training.step.train_step``), under ``--precision`` (default tf32, the paper's
+setting) for every variant alike.
 
     python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
     python scripts/bench_minibatch.py --nodes 20000 --degree 10 --gpus 1 --device cpu --steps 5
@@ -26,9 +28,11 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dgl_maxk import minibatch, ops  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
+from dgl_maxk.training import distributed  # noqa: E402
+from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
+from dgl_maxk.training.sampling import make_loader, train_epoch  # noqa: E402
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -52,7 +56,15 @@ def worker(rank, world, args, port, queue):
     # DGL's sampler in the child, and pickling a 100M-edge graph to each process is slower.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    rank, world, device = minibatch.init_distributed(torch.device(args.device))
+    rank, world, device = distributed.init_distributed(torch.device(args.device))
+    with precision_scope(args.precision):
+        time_variants(rank, world, device, args, queue)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+def time_variants(rank, world, device, args, queue):
+    """Time every variant on this process; rank 0 puts each one's numbers on ``queue``."""
     t0 = time.perf_counter()
     graph, feats, labels, train_idx, classes = build_data(args)
     build_s = time.perf_counter() - t0
@@ -67,30 +79,27 @@ def worker(rank, world, args, port, queue):
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None)
         opt = torch.optim.Adam(model.parameters(), lr=0.003)
-        loader = minibatch.make_loader(graph, train_idx, args.fanouts, args.batch_size,
-                                       args.seed, use_ddp=world > 1)
-        ops.CHECK_INPUTS = True
-        minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
-                              max_steps=args.warmup)
-        ops.CHECK_INPUTS = False  # inputs were validated in the warm-up: no syncs per step
+        loader = make_loader(graph, train_idx, args.fanouts, args.batch_size, args.seed,
+                             use_ddp=world > 1)
+        train_epoch(model, loader, feats_d, labels_d, opt, device, False,
+                    max_steps=args.warmup, precision=args.precision)
         if world > 1:
             torch.distributed.barrier()
         start = time.perf_counter()
-        stats = minibatch.train_epoch(model, loader, feats_d, labels_d, opt, device, False,
-                                      max_steps=args.steps, timed=args.breakdown)
-        minibatch.synchronize(device)
+        stats = train_epoch(model, loader, feats_d, labels_d, opt, device, False,
+                            max_steps=args.steps, timed=args.breakdown,
+                            precision=args.precision)
+        distributed.synchronize(device)
         stats["wall_s"] = time.perf_counter() - start
         seeds = stats["seeds"]
-        stats = minibatch.all_reduce_mean(stats, device)
+        stats = distributed.all_reduce_mean(stats, device)
         stats.update(variant=variant, seeds_total=seeds * world,
                      graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
         if rank == 0:
             queue.put(stats)
-    if world > 1:
-        torch.distributed.destroy_process_group()
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2_449_029)
     parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
@@ -110,48 +119,59 @@ def main():
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/minibatch")
+    parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
+                        help="for every variant: fp32, tf32 (TF32 matmuls; the paper's, "
+                             "default) or bf16 (TF32 plus bfloat16 autocast)")
     args = parser.parse_args()
     if len(args.fanouts) != args.layers:
         parser.error(f"--fanouts needs one value per layer ({args.layers})")
+    return args
 
-    ctx = mp.get_context("spawn")
-    results = []
-    for world in args.gpus:
-        if args.device == "cuda" and world > torch.cuda.device_count():
-            print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
-            continue
-        # One share of the cores per process: DGL's sampler (OpenMP) in every process using
-        # all cores oversubscribes them. Spawned processes inherit the variable.
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
-        queue = ctx.SimpleQueue()
-        procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        for _ in args.variants:
-            stats = queue.get()
-            variant = stats["variant"]
-            nodes, edges, seeds, build_s = stats.pop("graph")
-            if not results:
-                print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
-                      f"(built in {build_s:.1f} s per process)", flush=True)
-            throughput = stats["seeds_total"] / stats["wall_s"]
-            row = {"variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
-                   "step_ms": stats["wall_s"] / args.steps * 1e3,
-                   "epoch_s_estimate": seeds / throughput,
-                   "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
-                   "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
-            results.append(row)
-            print(f"{variant:9s} x{world}: {throughput:10.0f} seeds/s, "
-                  f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
-                  + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
-                     f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
-                  flush=True)
-        for p in procs:
-            p.join()
-        if any(p.exitcode != 0 for p in procs):
-            raise SystemExit(f"a process on {world} device(s) failed")
-    lines = ["| variant | GPUs | seeds/s | ms/step | epoch (s, est.) | scaling vs 1 GPU | "
+
+
+def run_world(ctx, world, args, first):
+    """Time every variant on ``world`` processes; one result row per variant."""
+    # One share of the cores per process: DGL's sampler (OpenMP) in every process using
+    # all cores oversubscribes them. Spawned processes inherit the variable.
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
+    queue = ctx.SimpleQueue()
+    procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    rows = []
+    for _ in args.variants:
+        stats = queue.get()
+        variant = stats["variant"]
+        nodes, edges, seeds, build_s = stats.pop("graph")
+        if first and not rows:
+            print(f"precision: {args.precision} for every variant")
+            print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
+                  f"(built in {build_s:.1f} s per process)", flush=True)
+        throughput = stats["seeds_total"] / stats["wall_s"]
+        row = {"variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
+               "step_ms": stats["wall_s"] / args.steps * 1e3,
+               "epoch_s_estimate": seeds / throughput,
+               "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
+               "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
+        rows.append(row)
+        print(f"{variant:9s} x{world}: {throughput:10.0f} seeds/s, "
+              f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
+              + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
+                 f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
+              flush=True)
+    for p in procs:
+        p.join()
+    if any(p.exitcode != 0 for p in procs):
+        raise SystemExit(f"a process on {world} device(s) failed")
+    return rows
+
+
+def markdown_table(results, args) -> str:
+    lines = [f"Precision: {args.precision} for every variant (float32 matmul precision "
+             f"'{MATMUL_PRECISION[args.precision]}'"
+             + (", bfloat16 autocast" if args.precision == "bf16" else "") + ").", "",
+             "| variant | GPUs | seeds/s | ms/step | epoch (s, est.) | scaling vs 1 GPU | "
              "speedup vs ReLU |", "|---|---|---|---|---|---|---|"]
     for r in results:
         one = next((o for o in results if o["variant"] == r["variant"] and o["gpus"] == 1), None)
@@ -162,7 +182,19 @@ def main():
               if relu else "")
         lines.append(f"| {r['variant']} | {r['gpus']} | {r['throughput_seeds_per_s']:.0f} | "
                      f"{r['step_ms']:.1f} | {r['epoch_s_estimate']:.1f} | {scale} | {vs} |")
-    table = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    ctx = mp.get_context("spawn")
+    results = []
+    for world in args.gpus:
+        if args.device == "cuda" and world > torch.cuda.device_count():
+            print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
+            continue
+        results.extend(run_world(ctx, world, args, first=not results))
+    table = markdown_table(results, args)
     print("\n" + table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

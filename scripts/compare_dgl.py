@@ -12,12 +12,18 @@ and peak GPU memory of:
 - ``pyg-relu``: the PyG model when ``torch_geometric`` is installed;
 - ``maxk-k<k>``: dgl_maxk for each k.
 
+Every arm runs the trainer's own step (``dgl_maxk.training.step.train_step``) under the same
+``--precision`` (default tf32, the paper's setting: TF32 matmuls; bf16 adds bfloat16
+autocast). ``--graphs medium`` is a power-law graph of 200,000 nodes with mean in-degree 40
+and 128 features, trained 3 x 256: most users' graphs look more like it than like Reddit.
+
 It also times the baseline's aggregations alone (forward and backward of each layer's SpMM),
 prints the share of the baseline epoch they take, the Amdahl limit that share implies
 (1 / (1 - share)) and the fraction of it each MaxK run reaches. Writes a JSON file and a PNG
 plot; ``--profile`` adds a per-operation breakdown of one epoch of each model.
 
     python scripts/compare_dgl.py --graphs reddit-sized products-sized --out runs/compare
+    python scripts/compare_dgl.py --graphs medium --precision bf16
     python scripts/compare_dgl.py --graphs small --device cpu --epochs 3   # a CPU check
 """
 from __future__ import annotations
@@ -28,23 +34,28 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.nn import functional as F
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dgl_maxk  # noqa: E402
 from dgl_maxk import ops  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
-from dgl_maxk.minibatch import loss_fn  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
+from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
+                                         precision_scope)
+from dgl_maxk.training.step import train_step  # noqa: E402
 
 # name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
 GRAPHS = {
     "reddit-sized": (232_965, 114_615_892 / 232_965, 602, 41, 4),
     "products-sized": (2_449_029, 123_718_280 / 2_449_029, 100, 47, 3),
+    "medium": (200_000, 40.0, 128, 47, 3),
     "small": (20_000, 20.0, 64, 10, 2),
 }
 
@@ -94,7 +105,14 @@ class Timer:
             self.ms = (time.perf_counter() - self.t0) * 1e3
 
 
-def time_training(model, graph, feats, labels, mask, device, epochs, warmup):
+def epoch_step(model, graph, feats, labels, mask, opt, precision):
+    """One full-graph training epoch: the trainer's step, as ``python -m dgl_maxk train``
+    runs it."""
+    return train_step(model, graph, feats, labels[mask], opt, rows=mask,
+                      multilabel=labels.dim() == 2, precision=precision)
+
+
+def time_training(model, graph, feats, labels, mask, device, epochs, warmup, precision):
     """Median epoch time (ms) and peak memory (GiB, GPU only) of full-graph training."""
     model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -104,16 +122,9 @@ def time_training(model, graph, feats, labels, mask, device, epochs, warmup):
         torch.cuda.reset_peak_memory_stats(device)
     for epoch in range(warmup + epochs):
         with Timer(device) as t:
-            model.train()
-            opt.zero_grad(set_to_none=True)
-            logits = model(graph, feats)
-            loss_fn(logits[mask], labels[mask], labels.dim() == 2).backward()
-            opt.step()
-        if epoch == 0:
-            ops.CHECK_INPUTS = False  # the inputs were validated once; keep the loop sync-free
+            epoch_step(model, graph, feats, labels, mask, opt, precision)
         if epoch >= warmup:
             times.append(t.ms)
-    ops.CHECK_INPUTS = True
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return statistics.median(times), peak
 
@@ -225,14 +236,11 @@ BREAKDOWN = (  # (operation, substrings of CUDA kernel names), first match wins
 )
 
 
-def profile_epoch(model, graph, feats, labels, mask, device):
+def profile_epoch(model, graph, feats, labels, mask, device, precision):
     """CUDA time per operation group over one training epoch (ms)."""
-    from torch.profiler import ProfilerActivity, profile
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(graph, feats)[mask], labels[mask], labels.dim() == 2).backward()
-        opt.step()
+        epoch_step(model, graph, feats, labels, mask, opt, precision)
         torch.cuda.synchronize()
     groups = {}
     for event in prof.key_averages():
@@ -262,101 +270,65 @@ def main():
     parser.add_argument("--profile", action="store_true", help="add a per-operation breakdown")
     parser.add_argument("--out", default="runs/compare", help="output directory")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
+                        help="for every arm: fp32, tf32 (TF32 matmuls; the paper's, default) "
+                             "or bf16 (TF32 plus bfloat16 autocast)")
     args = parser.parse_args()
+    with precision_scope(args.precision):
+        run(args)
 
+
+@dataclass
+class Setup:
+    """Where each arm runs: dgl_maxk and the baselines on ``device``, stock DGL on
+    ``dgl_device``."""
+    args: argparse.Namespace
+    device: torch.device
+    dgl_device: torch.device
+    baseline: str
+
+
+@dataclass
+class GraphCase:
+    """One graph with its data on the host and on the device."""
+    name: str
+    graph: object
+    feats: torch.Tensor
+    labels: torch.Tensor
+    mask: torch.Tensor
+    layers: int
+    classes: int
+    on_device: tuple
+    plan_ms: float
+
+
+def run(args):
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if args.device == "auto" else args.device)
     dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
     backend = ops.backend_for(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
-    baseline = "cusparse-relu" if device.type == "cuda" else "csr-relu"
+    setup = Setup(args, device, dgl_device,
+                  "cusparse-relu" if device.type == "cuda" else "csr-relu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = {"torch": torch.__version__, "dgl": dgl.__version__, "python": platform.python_version(),
            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-           "dgl_maxk_backend": backend, "stock_dgl_device": str(dgl_device)}
+           "dgl_maxk_backend": backend, "stock_dgl_device": str(dgl_device),
+           "precision": args.precision,
+           "float32_matmul_precision": torch.get_float32_matmul_precision()}
     print(f"device {env['device']}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
-          + ("" if dgl_device == device else " (this DGL has no CUDA)"))
+          + ("" if dgl_device == device else " (this DGL has no CUDA)")
+          + f"; precision {args.precision} for every arm")
     results = []
     for graph_name in args.graphs:
-        torch.manual_seed(args.seed)
-        t0 = time.perf_counter()
-        graph, feats, labels, mask, layers, classes = load_graph(graph_name, args.root, args.seed)
-        print(f"\n## {graph_name}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges "
-              f"(built in {time.perf_counter() - t0:.1f} s), {layers} x {args.hidden}")
-        feats_d, labels_d, mask_d = feats.to(device), labels.to(device), mask.to(device)
-        t0 = time.perf_counter()
-        dgl_maxk.graph_plan(graph, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        plan_ms = (time.perf_counter() - t0) * 1e3
+        case = load_case(graph_name, setup)
         for model_name in args.models:
-            kwargs = dict(in_feats=feats.shape[1], hidden_feats=args.hidden, out_feats=classes,
-                          num_layers=layers, dropout=args.dropout)
-            rows = []
-
-            def record(variant, ms, peak, where, note=""):
-                rows.append({"graph": graph_name, "model": model_name, "variant": variant,
-                             "epoch_ms": ms, "peak_gib": peak, "device": str(where),
-                             "note": note})
-                mem = f"{peak:.2f} GiB" if peak is not None else "-"
-                print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
-                      f"  on {where} {note}", flush=True)
-
-            torch.manual_seed(args.seed)
-            base = build_model(model_name, nonlinearity="relu", **kwargs)
-            ms, peak = time_training(base, graph, feats_d, labels_d, mask_d, device,
-                                     args.epochs, args.warmup)
-            record(baseline, ms, peak, device)
-            agg_ms = time_aggregation(graph, args.hidden, AGG_NORM[model_name], layers, device,
-                                      args.epochs)
-            share = min(agg_ms / ms, 0.999)
-            limit = 1 / (1 - share)
-            if dgl_device.type == "cuda" or graph.num_edges() <= args.dgl_cpu_max_edges:
-                stock = DGLReLU(model_name, feats.shape[1], args.hidden, classes, layers,
-                                args.dropout)
-                g_stock = graph.to(dgl_device)
-                ms_dgl, peak_dgl = time_training(
-                    stock, g_stock, feats.to(dgl_device), labels.to(dgl_device),
-                    mask.to(dgl_device), dgl_device, max(1, args.epochs // 3), 1)
-                record("dgl-relu", ms_dgl, peak_dgl, dgl_device)
-            else:
-                print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
-                      f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
-            pyg = pyg_model(model_name, feats.shape[1], args.hidden, classes, layers,
-                            args.dropout)
-            if pyg is not None:
-                ms_pyg, peak_pyg = time_training(pyg, pyg_adjacency(graph, device), feats_d,
-                                                 labels_d, mask_d, device, args.epochs,
-                                                 args.warmup)
-                record("pyg-relu", ms_pyg, peak_pyg, device)
-            for k in args.ks:
-                torch.manual_seed(args.seed)
-                model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
-                ms_k, peak_k = time_training(model, graph, feats_d, labels_d, mask_d, device,
-                                             args.epochs, args.warmup)
-                speedup = ms / ms_k
-                record(f"maxk-k{k}", ms_k, peak_k, device,
-                       f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
-                rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
-            for row in rows:
-                row.update(aggregation_ms=agg_ms, aggregation_share=share,
-                           amdahl_limit=limit, plan_ms=plan_ms)
-            print(f"  {model_name:4s} baseline aggregation {agg_ms:.1f} ms = {share:.0%} of the "
-                  f"epoch: Amdahl limit {limit:.2f}x")
-            if args.profile and device.type == "cuda":
-                for variant, model in ((baseline, base),
-                                       (f"maxk-k{args.ks[-1]}", model)):
-                    breakdown = profile_epoch(model, graph, feats_d, labels_d, mask_d, device)
-                    rows.append({"graph": graph_name, "model": model_name, "variant": variant,
-                                 "breakdown_ms": breakdown})
-                    print(f"  {model_name:4s} {variant} breakdown (ms): "
-                          + ", ".join(f"{g} {v:.1f}" for g, v in breakdown.items()))
-            results.extend(rows)
-        del graph, feats_d, labels_d, mask_d
+            results.extend(compare_model(case, model_name, setup))
+        del case
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    table = markdown_table(results)
+    table = markdown_table(results, args.precision)
     print("\n" + table)
     (out / "compare.json").write_text(json.dumps({"environment": env, "args": vars(args),
                                                   "results": results}, indent=2))
@@ -365,8 +337,97 @@ def main():
     print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
 
 
-def markdown_table(results):
-    lines = ["| graph | model | variant | device | epoch (ms) | peak (GiB) | speedup vs CSR ReLU "
+def load_case(graph_name, setup) -> GraphCase:
+    """Build or load the graph, move its data to the device and time its plan."""
+    args, device = setup.args, setup.device
+    torch.manual_seed(args.seed)
+    t0 = time.perf_counter()
+    graph, feats, labels, mask, layers, classes = load_graph(graph_name, args.root, args.seed)
+    print(f"\n## {graph_name}: {graph.num_nodes():,} nodes, {graph.num_edges():,} edges "
+          f"(built in {time.perf_counter() - t0:.1f} s), {layers} x {args.hidden}")
+    on_device = (feats.to(device), labels.to(device), mask.to(device))
+    t0 = time.perf_counter()
+    dgl_maxk.graph_plan(graph, device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return GraphCase(graph_name, graph, feats, labels, mask, layers, classes, on_device,
+                     (time.perf_counter() - t0) * 1e3)
+
+
+def compare_model(case, model_name, setup) -> list:
+    """Rows of every arm of one model on one graph (and its breakdown with --profile)."""
+    args, device, baseline = setup.args, setup.device, setup.baseline
+    kwargs = dict(in_feats=case.feats.shape[1], hidden_feats=args.hidden,
+                  out_feats=case.classes, num_layers=case.layers, dropout=args.dropout)
+    timing = (args.epochs, args.warmup, args.precision)
+    rows = []
+
+    def record(variant, ms, peak, where, note=""):
+        rows.append({"graph": case.name, "model": model_name, "variant": variant,
+                     "epoch_ms": ms, "peak_gib": peak, "device": str(where), "note": note})
+        mem = f"{peak:.2f} GiB" if peak is not None else "-"
+        print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
+              f"  on {where} {note}", flush=True)
+
+    torch.manual_seed(args.seed)
+    base = build_model(model_name, nonlinearity="relu", **kwargs)
+    ms, peak = time_training(base, case.graph, *case.on_device, device, *timing)
+    record(baseline, ms, peak, device)
+    agg_ms = time_aggregation(case.graph, args.hidden, AGG_NORM[model_name], case.layers,
+                              device, args.epochs)
+    share = min(agg_ms / ms, 0.999)
+    limit = 1 / (1 - share)
+    time_relu_libraries(case, model_name, setup, record)
+    for k in args.ks:
+        torch.manual_seed(args.seed)
+        model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
+        ms_k, peak_k = time_training(model, case.graph, *case.on_device, device, *timing)
+        speedup = ms / ms_k
+        record(f"maxk-k{k}", ms_k, peak_k, device,
+               f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
+        rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
+    for row in rows:
+        row.update(aggregation_ms=agg_ms, aggregation_share=share, amdahl_limit=limit,
+                   plan_ms=case.plan_ms)
+    print(f"  {model_name:4s} baseline aggregation {agg_ms:.1f} ms = {share:.0%} of the "
+          f"epoch: Amdahl limit {limit:.2f}x")
+    if args.profile and device.type == "cuda":
+        for variant, profiled in ((baseline, base), (f"maxk-k{args.ks[-1]}", model)):
+            breakdown = profile_epoch(profiled, case.graph, *case.on_device, device,
+                                      args.precision)
+            rows.append({"graph": case.name, "model": model_name, "variant": variant,
+                         "breakdown_ms": breakdown})
+            print(f"  {model_name:4s} {variant} breakdown (ms): "
+                  + ", ".join(f"{g} {v:.1f}" for g, v in breakdown.items()))
+    return rows
+
+
+def time_relu_libraries(case, model_name, setup, record):
+    """Stock DGL's and PyG's ReLU models (where they can run), through ``record``."""
+    args, device, dgl_device = setup.args, setup.device, setup.dgl_device
+    if dgl_device.type == "cuda" or case.graph.num_edges() <= args.dgl_cpu_max_edges:
+        stock = DGLReLU(model_name, case.feats.shape[1], args.hidden, case.classes,
+                        case.layers, args.dropout)
+        ms, peak = time_training(stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
+                                 case.labels.to(dgl_device), case.mask.to(dgl_device),
+                                 dgl_device, max(1, args.epochs // 3), 1, args.precision)
+        record("dgl-relu", ms, peak, dgl_device)
+    else:
+        print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
+              f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
+    pyg = pyg_model(model_name, case.feats.shape[1], args.hidden, case.classes, case.layers,
+                    args.dropout)
+    if pyg is not None:
+        ms, peak = time_training(pyg, pyg_adjacency(case.graph, device), *case.on_device,
+                                 device, args.epochs, args.warmup, args.precision)
+        record("pyg-relu", ms, peak, device)
+
+
+def markdown_table(results, precision):
+    lines = [f"Precision: {precision} for every arm (float32 matmul precision "
+             f"'{MATMUL_PRECISION[precision]}'" + (", bfloat16 autocast" if precision == "bf16"
+                                                   else "") + ").", "",
+             "| graph | model | variant | device | epoch (ms) | peak (GiB) | speedup vs CSR ReLU "
              "| Amdahl limit | fraction of limit |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "epoch_ms" not in r:

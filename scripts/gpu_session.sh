@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the GPU machine runs for dgl_maxk's evidence, in phases that fit one device call each.
-#   bash scripts/gpu_session.sh tests|compare|minibatch [OUT_DIR]
+#   [PRECISION=fp32|tf32|bf16] bash scripts/gpu_session.sh tests|compare|minibatch [OUT_DIR]
 # Expects the wheels of ../shared/gpu/wheels.sh in .whl/ (carried to the machine).
 set -uo pipefail
 phase=${1:?phase: tests, compare or minibatch}
@@ -30,8 +30,9 @@ case $phase in
     done
     ;;
   compare)
-    python3 scripts/compare_dgl.py --graphs reddit-sized products-sized --profile \
-      --out "$out" 2>&1 | tee "$out/compare.log"
+    # every arm under the same precision (tf32: the paper's setting and the trainer's default)
+    python3 scripts/compare_dgl.py --graphs reddit-sized products-sized medium --profile \
+      --precision "${PRECISION:-tf32}" --out "$out" 2>&1 | tee "$out/compare.log"
     ;;
   minibatch)
     echo "== torchrun, 2 GPUs: quickstart_minibatch" > "$out/minibatch.log"
@@ -39,7 +40,8 @@ case $phase in
       --device cuda --seeds 1 --set train.epochs=10 --out /tmp/qs-ddp --no-progress --quiet \
       >> "$out/minibatch.log" 2>&1
     tail -n 4 "$out/minibatch.log"
-    python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --out "$out" 2>&1 \
+    python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --precision "${PRECISION:-tf32}" \
+      --out "$out" 2>&1 \
       | grep -v -i warn | tee -a "$out/minibatch.log"
     ;;
   *) echo "unknown phase $phase"; exit 2 ;;

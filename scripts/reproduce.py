@@ -6,10 +6,11 @@ line).
     python scripts/reproduce.py --configs configs/cora_sage.yaml configs/cora_gcn.yaml \\
         --k 8 16 32 64 --hidden 256 64 --seeds 10 --out runs/reproduce
 
-Each (config, hidden size) becomes one run of ``dgl_maxk.train.run_experiment`` whose
+Each (config, hidden size) becomes one run of ``dgl_maxk.training.run_experiment`` whose
 variants are ``relu`` and ``maxk<k>`` for every k <= hidden; its run directory (checkpoints,
 histories, results.json) lands under ``--out``. The summary files are
-``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``.
+``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``. ``--precision`` (default tf32,
+the paper's setting) is set as ``train.precision`` of every run, ReLU and MaxK alike.
 """
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from dgl_maxk import train as T  # noqa: E402
+from dgl_maxk import training as T  # noqa: E402
+from dgl_maxk.training.checkpoint import write_json  # noqa: E402
+from dgl_maxk.training.distributed import resolve_device  # noqa: E402
+from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
+from dgl_maxk.training.report import environment  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -40,6 +45,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default="runs/reproduce")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--title", default=None, help="heading of the markdown table")
+    p.add_argument("--precision", choices=PRECISIONS, default="tf32",
+                   help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
+                        "paper's, default) or bf16 (TF32 plus bfloat16 autocast)")
     return p.parse_args(argv)
 
 
@@ -65,7 +73,8 @@ def main(argv=None):
                     variants[f"maxk{k}"] = {"model.nonlinearity": "maxk", "model.k": k}
             cfg = dict(base, variants=variants, name=f"{base['name']}_h{hidden}")
             cfg = T.apply_overrides(cfg, {"model.hidden": hidden,
-                                          "model.k": min(base["model"]["k"], hidden)})
+                                          "model.k": min(base["model"]["k"], hidden),
+                                          "train.precision": args.precision})
             plans.append((path, hidden, T.validate_config(cfg)))
     cache, rows, runs = {}, [], []
     started = time.perf_counter()
@@ -85,11 +94,11 @@ def main(argv=None):
                          "run_dir": res["run_dir"]})
     elapsed = time.perf_counter() - started
     summary = {"command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
-               "rows": rows, "runs": runs, "wall_seconds": elapsed,
-               "environment": T.environment(T.resolve_device(args.device)),
+               "args": vars(args), "rows": rows, "runs": runs, "wall_seconds": elapsed,
+               "environment": environment(resolve_device(args.device), args.precision),
                "configs": {str(p): c for p, _, c in plans}}
-    T.write_json(out / "results.json", summary)
-    md = markdown_table(rows, args.k, args.title, summary["command"], elapsed)
+    write_json(out / "results.json", summary)
+    md = markdown_table(rows, args.k, args.title, summary["command"], elapsed, args.precision)
     (out / "results.md").write_text(md)
     plot(rows, out / "accuracy_vs_k.png")
     print(md)
@@ -103,7 +112,7 @@ def _cell(row):
     return f"{100 * row['mean']:.2f} ± {100 * row['std']:.2f}"
 
 
-def markdown_table(rows, ks, title, command, elapsed):
+def markdown_table(rows, ks, title, command, elapsed, precision):
     groups = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["model"], r["hidden"]), {})[r["variant"]] = r
@@ -111,7 +120,8 @@ def markdown_table(rows, ks, title, command, elapsed):
     lines = [f"## {title}" if title else "## Test score at the best validation epoch",
              "", "Mean ± std over seeds, in percent (metric: "
              + ", ".join(sorted({r["metric"] for r in rows})) + "). In brackets: MaxK minus "
-             "ReLU.", "", "| " + " | ".join(head) + " |",
+             "ReLU. Precision: " + precision + " for every run.", "",
+             "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     for (dataset, model, hidden), vs in groups.items():
         relu = vs.get("relu")

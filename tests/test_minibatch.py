@@ -12,10 +12,9 @@ import pytest
 import torch
 
 import dgl_maxk
-from dgl_maxk import minibatch
+from dgl_maxk.training import sampling
 from dgl_maxk._dgl import dgl
 from dgl_maxk.models import build_model
-from dgl_maxk.train import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +32,7 @@ def test_blocks_with_all_neighbours_equal_the_full_graph(name, nonlinearity, h):
                         nonlinearity=nonlinearity).double().eval()
     full = model(g, x)
     seeds = h.random_seeds(60, 17)
-    loader = minibatch.make_loader(g, seeds, [-1, -1], batch_size=8, seed=0)
+    loader = sampling.make_loader(g, seeds, [-1, -1], batch_size=8, seed=0)
     seen = 0
     for input_nodes, output_nodes, blocks in loader:
         for block in blocks:
@@ -51,29 +50,14 @@ def test_train_epoch_reduces_the_loss(h):
     y = (x[:, 0] > 0).long()  # learnable from the features
     model = build_model("sage", 8, 16, 2, 2, k=4, dropout=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
-    loader = minibatch.make_loader(g, torch.arange(200), [5, 5], batch_size=50, seed=0)
-    first = minibatch.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False,
+    loader = sampling.make_loader(g, torch.arange(200), [5, 5], batch_size=50, seed=0)
+    first = sampling.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False,
                                   timed=True)
     for _ in range(15):
-        last = minibatch.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False)
+        last = sampling.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False)
     assert first["seeds"] == 200 and first["steps"] == 4
     assert first["sample_s"] > 0 and first["compute_s"] > 0
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
-
-
-def test_minibatch_config_validation(tmp_path):
-    base = REPO / "configs" / "quickstart_minibatch.yaml"
-    assert load_config(base)["mode"] == "minibatch"
-    with pytest.raises(ConfigError, match="sampling.fanouts"):
-        load_config(base, ["sampling.fanouts=[5]"])
-    with pytest.raises(ConfigError, match="sampling.fanouts"):
-        load_config(base, ["sampling.fanouts=[5,0]"])
-    with pytest.raises(ConfigError, match="sampling.batch_size"):
-        load_config(base, ["sampling.batch_size=0"])
-    with pytest.raises(ConfigError, match="train.sparse_features"):
-        load_config(base, ["train.sparse_features=true"])
-    with pytest.raises(ConfigError, match="sampling.nope"):
-        load_config(base, ["sampling.nope=1"])
 
 
 def _train(tmp_path, launcher, name):

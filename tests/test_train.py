@@ -1,4 +1,5 @@
-"""dgl_maxk.train: config validation, metrics, full-graph training, checkpoints and resume."""
+"""dgl_maxk.training: metrics, the training step, full-graph training, checkpoints, resume,
+precision, and the hard edges of a run (corrupt files, signals, budgets)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,11 @@ import torch
 
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk import data as D
-from dgl_maxk import train as T
+from dgl_maxk import training as T
+from dgl_maxk.training import checkpoint as C
+from dgl_maxk.training import runner, step
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def small_config(**overrides):
@@ -21,101 +24,6 @@ def small_config(**overrides):
                      "input_dropout": 0.2},
            "train": {"epochs": 6, "lr": 0.01, "seeds": [0], "checkpoint_every": 2}}
     return T.validate_config(T.apply_overrides(cfg, overrides))
-
-
-# --------------------------------------------------------------------------- validation
-
-
-@pytest.mark.parametrize("overrides, key", [
-    ({"model.hiden": 3}, "model.hiden"),
-    ({"modle.k": 3}, "modle.k"),
-    ({"train.lr": "fast"}, "train.lr"),
-    ({"train.epochs": 2.5}, "train.epochs"),
-    ({"model.layers": True}, "model.layers"),
-    ({"model.dropout": 1.5}, "model.dropout"),
-    ({"model.name": "gat"}, "model.name"),
-    ({"model.nonlinearity": "gelu"}, "model.nonlinearity"),
-    ({"dataset.name": "mnist"}, "dataset.name"),
-    ({"dataset.params.nodes": 3}, "dataset.params.nodes"),
-    ({"dataset.params.num_nodes": "many"}, "dataset.params.num_nodes"),
-    ({"train.seeds": [0, 0]}, "train.seeds"),
-    ({"train.schedule": "step"}, "train.schedule"),
-])
-def test_bad_config_names_the_key(overrides, key):
-    with pytest.raises(T.ConfigError, match=f"'{key}'"):
-        small_config(**overrides)
-
-
-def test_k_larger_than_hidden_is_rejected():
-    with pytest.raises(T.ConfigError, match=r"'model\.k' = 32 exceeds model\.hidden = 16"):
-        small_config(**{"model.k": 32})
-    # ReLU ignores k
-    assert small_config(**{"model.k": 32, "model.nonlinearity": "relu"})["model"]["k"] == 32
-
-
-def test_modes():
-    assert small_config()["mode"] == "full"
-    assert small_config(mode="minibatch", sampling={"fanouts": [5, 5]})["mode"] == "minibatch"
-    with pytest.raises(T.ConfigError, match="'mode'.*'full', 'minibatch'"):
-        small_config(mode="streaming")
-
-
-def test_unknown_top_level_key_and_missing_required():
-    with pytest.raises(T.ConfigError, match="'epochs'"):
-        T.validate_config({"dataset": {"name": "planted"}, "model": {"name": "sage"},
-                           "epochs": 3})
-    with pytest.raises(T.ConfigError, match=r"'model\.name' is required"):
-        T.validate_config({"dataset": {"name": "planted"}})
-
-
-def test_variant_errors_name_variant_and_key():
-    with pytest.raises(T.ConfigError, match=r"variant 'big'.*'model\.k'"):
-        small_config(variants={"big": {"model.k": 64}})
-    with pytest.raises(T.ConfigError, match=r"unknown config key 'model\.kk'"):
-        small_config(variants={"x": {"model.kk": 4}})
-
-
-def test_overrides_short_and_dotted_keys():
-    cfg = T.apply_overrides(small_config(), ["k=8", "model.layers=3", "lr=1e-3",
-                                             "dataset.params.seed=4", "seeds=[1, 2]"])
-    cfg = T.validate_config(cfg)
-    assert cfg["model"]["k"] == 8 and cfg["model"]["layers"] == 3
-    assert cfg["train"]["lr"] == pytest.approx(1e-3)
-    assert cfg["dataset"]["params"]["seed"] == 4 and cfg["train"]["seeds"] == [1, 2]
-    with pytest.raises(T.ConfigError, match="unknown config key 'kk'"):
-        T.apply_overrides(cfg, ["kk=3"])
-    with pytest.raises(T.ConfigError, match="key=value"):
-        T.apply_overrides(cfg, ["k16"])
-
-
-def test_seed_count_expands():
-    assert small_config(**{"train.seeds": 3})["train"]["seeds"] == [0, 1, 2]
-
-
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.stem)
-def test_every_shipped_config_validates(path):
-    cfg = T.load_config(path)
-    assert cfg["name"]
-    for name, vcfg in T.expand_variants(cfg).items():
-        m = vcfg["model"]
-        assert m["nonlinearity"] == "relu" or m["k"] <= m["hidden"]
-
-
-def test_paper_configs_have_paper_hyperparameters():
-    expect = {  # DESIGN.md section 2: layers, hidden, dropout, lr, epochs, k
-        "reddit_sage": (4, 256, 0.5, 0.01, 3000, 32), "reddit_gcn": (4, 256, 0.5, 0.01, 3000, 16),
-        "flickr_sage": (3, 256, 0.2, 0.001, 400, 8), "yelp_sage": (4, 384, 0.1, 0.001, 3000, None),
-        "ogbn_products_sage": (3, 256, 0.5, 0.003, 500, 32),
-        "ogbn_proteins_sage": (3, 256, 0.5, 0.01, 1000, 32),
-    }
-    for name, (layers, hidden, dropout, lr, epochs, k) in expect.items():
-        cfg = T.load_config(CONFIGS / f"{name}.yaml")
-        m, t = cfg["model"], cfg["train"]
-        assert (m["layers"], m["hidden"], m["dropout"], t["lr"], t["epochs"]) == \
-            (layers, hidden, dropout, lr, epochs), name
-        assert t["weight_decay"] == 0 and cfg["dataset"]["self_loops"], name
-        if k is not None:
-            assert m["k"] == k and m["nonlinearity"] == "maxk", name
 
 
 # --------------------------------------------------------------------------- metrics
@@ -149,8 +57,7 @@ def planted():
 
 
 def _run(cfg, ds, tmp, budget=None):
-    return T.run_seed(cfg, ds, 0, "cpu", tmp, budget=budget, progress=False,
-                      log=lambda line: None)
+    return T.run_seed(cfg, ds, 0, "cpu", tmp, budget=budget, progress=False)
 
 
 def test_full_run_reports_test_at_best_val(planted, tmp_path):
@@ -197,7 +104,7 @@ def test_resume_gives_the_uninterrupted_result(planted, tmp_path, model):
     final_a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
 
     torch.manual_seed(12345)  # the resumed run must not depend on the caller's RNG
-    assert _run(cfg, planted, tmp_path / "b", budget=T.Budget(epochs=3)) is None
+    assert _run(cfg, planted, tmp_path / "b", budget=runner.Budget(epochs=3)) is None
     ckpt = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
     assert ckpt["state"]["epoch"] == 3 and not ckpt["state"]["finished"]
     torch.manual_seed(999)
@@ -229,14 +136,14 @@ def test_checkpoint_of_other_config_is_refused(planted, tmp_path):
 
 def test_checkpoints_are_atomic(tmp_path, monkeypatch):
     path = tmp_path / "c.pt"
-    T.save_checkpoint(path, {"x": 1})
+    C.save_checkpoint(path, {"x": 1})
 
     def boom(obj, f):
         f.write(b"partial")
         raise RuntimeError("disk full")
     monkeypatch.setattr(torch, "save", boom)
     with pytest.raises(RuntimeError):
-        T.save_checkpoint(path, {"x": 2})
+        C.save_checkpoint(path, {"x": 2})
     monkeypatch.undo()
     assert torch.load(path, weights_only=False) == {"x": 1}
 
@@ -291,8 +198,304 @@ def test_sparse_features_compute_the_same_model(planted, tmp_path):
 
 def test_sparse_input_dropout_keeps_pattern_and_scales():
     x = torch.rand(50, 30).mul(torch.rand(50, 30) < 0.2).to_sparse().coalesce()
-    y = T._input_dropout(x, 0.5)
+    y = step.drop_input(x, 0.5)
     assert torch.equal(y.indices(), x.indices())
     kept = y.values() != 0
     assert 0.3 < kept.float().mean() < 0.7
     assert torch.allclose(y.values()[kept], 2 * x.values()[kept])
+
+
+# --------------------------------------------------------------------------- one step
+
+
+def test_one_train_step_serves_both_modes(planted, tmp_path, monkeypatch):
+    from dgl_maxk.training import sampling, seed
+    assert seed.train_step is step.train_step and sampling.train_step is step.train_step
+    graphs = []
+
+    def spy(model, graph, *args, **kwargs):
+        graphs.append(graph)
+        return step.train_step(model, graph, *args, **kwargs)
+    monkeypatch.setattr(seed, "train_step", spy)
+    monkeypatch.setattr(sampling, "train_step", spy)
+    _run(small_config(**{"train.epochs": 2}), planted, tmp_path / "full")
+    assert graphs == [planted.graph] * 2
+    graphs.clear()
+    _run(small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, 4],
+                         "sampling.batch_size": 32}), planted, tmp_path / "mb")
+    assert len(graphs) == -(-int(planted.train_mask.sum()) // 32)
+    assert all(isinstance(g, list) and len(g) == 2 for g in graphs)  # two sampled blocks
+
+
+def test_train_step_returns_the_detached_loss_and_steps(planted):
+    from dgl_maxk.models import build_model
+    model = build_model("sage", 12, 16, 5, 2, k=4, dropout=0.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rows = torch.randperm(planted.num_nodes)[:50]
+    labels = planted.labels[rows]
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(
+            model(planted.graph, planted.features)[rows], labels)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = step.train_step(model, planted.graph, planted.features, labels, opt, rows=rows,
+                           precision="fp32")
+    assert loss.dim() == 0 and not loss.requires_grad
+    torch.testing.assert_close(loss, expected)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+# --------------------------------------------------------------------------- precision
+
+
+@pytest.mark.parametrize("precision, matmul, autocast", [("fp32", "highest", False),
+                                                         ("tf32", "high", False),
+                                                         ("bf16", "high", True)])
+def test_precision_applies_is_recorded_and_restored(precision, matmul, autocast, tmp_path,
+                                                    monkeypatch):
+    from dgl_maxk.training import seed
+    seen = set()
+
+    def spy(model, graph, features, *args, **kwargs):
+        seen.add(torch.get_float32_matmul_precision())
+        wrapped = model.forward
+        model.forward = lambda *a: seen.add(torch.is_autocast_enabled("cpu")) or wrapped(*a)
+        try:
+            return step.train_step(model, graph, features, *args, **kwargs)
+        finally:
+            del model.forward
+    monkeypatch.setattr(seed, "train_step", spy)
+    caller = "medium" if precision != "fp32" else "high"
+    torch.set_float32_matmul_precision(caller)
+    try:
+        cfg = small_config(**{"train.epochs": 2, "train.precision": precision})
+        res = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True)
+        assert torch.get_float32_matmul_precision() == caller
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert seen == {matmul, autocast}
+    saved = json.loads((Path(res["run_dir"]) / "results.json").read_text())
+    assert saved["precision"] == precision and saved["config"]["train"]["precision"] == precision
+    assert saved["environment"]["precision"] == precision
+    assert saved["environment"]["float32_matmul_precision"] == matmul
+    head = (Path(res["run_dir"]) / "log.txt").read_text().splitlines()[:3]
+    assert any(line.startswith(f"precision: {precision} ") and matmul in line for line in head)
+
+
+def test_precision_default_is_tf32():
+    assert small_config()["train"]["precision"] == "tf32"
+
+
+# --------------------------------------------------------------------------- hard edges
+
+
+def _partial_run(tmp_path, epochs_done=2, **overrides):
+    """A run of one seed stopped by its budget after ``epochs_done`` epochs."""
+    cfg = small_config(**{"train.epochs": 5, "train.checkpoint_every": 0, **overrides})
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path / "runs", progress=False,
+                           quiet=True, stop_after_epochs=epochs_done)
+    run_dir = Path(res["run_dir"])
+    return cfg, run_dir, run_dir / "maxk4" / "seed0"
+
+
+def _reference(cfg, tmp_path):
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path / "ref", progress=False, quiet=True)
+    return res["variants"]["maxk4"]["seeds"][0]
+
+
+def _damage(path: Path, how: str):
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": data[:len(data) // 2],
+                      "junk": bytes(torch.randint(0, 256, (len(data),)).tolist())}[how])
+
+
+def test_budget_stop_saves_checkpoint_and_is_incomplete(tmp_path):
+    cfg, run_dir, seed_dir = _partial_run(tmp_path)  # checkpoint_every 0
+    assert not json.loads((run_dir / "results.json").read_text())["complete"]
+    ckpt = torch.load(seed_dir / "checkpoint.pt", weights_only=False)
+    assert ckpt["state"]["epoch"] == 2 and not ckpt["state"]["finished"]
+
+
+@pytest.mark.parametrize("kwargs", [{"stop_after_epochs": 0}, {"stop_after_epochs": -2},
+                                    {"stop_after_epochs": 1.5}, {"time_limit": -1},
+                                    {"time_limit": 0}])
+def test_bad_budget_is_refused_before_any_work(kwargs, tmp_path):
+    with pytest.raises(T.ConfigError, match="stop-after-epochs|time-limit"):
+        T.run_experiment(small_config(), device="cpu", out=tmp_path, progress=False,
+                         quiet=True, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "junk"])
+def test_unreadable_checkpoint_is_named_and_restartable(how, tmp_path):
+    cfg, run_dir, seed_dir = _partial_run(tmp_path)
+    ckpt = seed_dir / "checkpoint.pt"
+    _damage(ckpt, how)
+    log_before = (run_dir / "log.txt").read_text()
+    with pytest.raises(T.CheckpointError) as info:
+        T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
+    assert str(ckpt) in str(info.value) and "--restart-corrupt" in str(info.value)
+    assert (run_dir / "log.txt").read_text() == log_before  # a refused resume writes nothing
+    res = T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True,
+                           restart_corrupt=True)
+    assert res["complete"]
+    assert (seed_dir / "checkpoint.pt.corrupt").is_file()
+    assert "checkpoint.pt.corrupt" in (run_dir / "log.txt").read_text()
+    ref = _reference(cfg, tmp_path)
+    got = res["variants"]["maxk4"]["seeds"][0]
+    assert [r["loss"] for r in got["history"]] == [r["loss"] for r in ref["history"]]
+
+
+def test_finished_seed_is_not_retrained_when_its_checkpoint_is_unreadable(planted, tmp_path,
+                                                                          monkeypatch):
+    from dgl_maxk.training import seed
+    cfg = small_config()
+    first = _run(cfg, planted, tmp_path)
+    _damage(tmp_path / "checkpoint.pt", "truncated")
+    monkeypatch.setattr(seed, "train_step", lambda *a, **k: pytest.fail("retrained"))
+    assert _run(cfg, planted, tmp_path) == json.loads(json.dumps(first))
+
+
+@pytest.mark.parametrize("how", ["empty", "junk", "other_seed"])
+def test_unreadable_result_is_treated_as_missing(how, planted, tmp_path, monkeypatch):
+    from dgl_maxk.training import seed
+    cfg = small_config()
+    first = _run(cfg, planted, tmp_path)
+    result = tmp_path / "result.json"
+    if how == "other_seed":
+        result.write_text(json.dumps(dict(first, seed=7)))
+    else:
+        _damage(result, how)
+    # rebuilt from the finished checkpoint, without training again
+    monkeypatch.setattr(seed, "train_step", lambda *a, **k: pytest.fail("retrained"))
+    again = _run(cfg, planted, tmp_path)
+    for key in ("history", "best_epoch", "best_val", "test_at_best_val", "final"):
+        assert again[key] == json.loads(json.dumps(first[key])), key
+    assert json.loads(result.read_text())["seed"] == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe binary \x80", b"- a\n- list\n",
+                                     b"name: [unclosed", b"model: {name: sage}\n"])
+def test_unreadable_run_config_is_named(content, tmp_path):
+    _, run_dir, _ = _partial_run(tmp_path)
+    (run_dir / "config.yaml").write_bytes(content)
+    log_before = (run_dir / "log.txt").read_text()
+    with pytest.raises(T.ConfigError, match=str(run_dir / "config.yaml")):
+        T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
+    assert (run_dir / "log.txt").read_text() == log_before
+
+
+def test_refused_resume_leaves_the_log_alone(tmp_path):
+    import yaml
+    _, run_dir, _ = _partial_run(tmp_path)
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg["train"]["lr"] = 0.05
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
+    log_before = (run_dir / "log.txt").read_text()
+    with pytest.raises(T.ConfigError, match="another config"):
+        T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
+    assert (run_dir / "log.txt").read_text() == log_before
+
+
+def test_signal_handlers_are_restored(tmp_path):
+    import signal
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    T.run_experiment(small_config(**{"train.epochs": 1}), device="cpu", out=tmp_path,
+                     progress=False, quiet=True)
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+# --------------------------------------------------------------------------- signals
+
+_CHILD = """
+import json, signal, sys
+import dgl_maxk
+from dgl_maxk import training as T
+cfg = T.validate_config(json.loads(sys.argv[1]))
+try:
+    T.run_experiment(cfg, device="cpu", out=sys.argv[2], progress=False)
+except T.RunInterrupted as err:
+    print("INTERRUPTED", err.run_dir, err.signal_name, flush=True)
+    sys.exit(4)
+"""
+
+
+def _child_env():
+    import os
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_signal_saves_a_checkpoint_and_resume_completes(signame, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    cfg = small_config(**{"train.epochs": 400, "train.checkpoint_every": 0})
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(cfg), str(tmp_path)],
+                             cwd=REPO, env=_child_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    for line in child.stdout:
+        if "epoch    2/" in line:
+            os.kill(child.pid, getattr(signal, signame))
+            break
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 4, err[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert f"INTERRUPTED {run_dir} {signame}" in out
+    seed_dir = run_dir / "maxk4" / "seed0"
+    ckpt = torch.load(seed_dir / "checkpoint.pt", weights_only=False)
+    done = ckpt["state"]["epoch"]
+    assert 2 <= done < 400 and len(ckpt["state"]["history"]) == done
+    assert not json.loads((run_dir / "results.json").read_text())["complete"]
+    assert not list(run_dir.rglob("*.tmp*"))
+    resumed = T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True,
+                               stop_after_epochs=3)
+    ref = T.run_experiment(cfg, device="cpu", out=tmp_path / "ref", progress=False,
+                           quiet=True, stop_after_epochs=done + 3)
+    a, b = (r["run_dir"] for r in (resumed, ref))
+    hist_a = torch.load(Path(a) / "maxk4" / "seed0" / "checkpoint.pt", weights_only=False)
+    hist_b = torch.load(Path(b) / "maxk4" / "seed0" / "checkpoint.pt", weights_only=False)
+    assert hist_a["state"]["history"][-1]["epoch"] == done + 3
+    assert [r["loss"] for r in hist_a["state"]["history"]] == \
+        [r["loss"] for r in hist_b["state"]["history"]]
+
+
+_WRITER = """
+import os, signal, sys, time
+import torch
+from dgl_maxk.training import checkpoint as C
+real_save = torch.save
+def slow_save(obj, f):
+    f.write(b"partial")
+    os.kill(os.getpid(), signal.SIGTERM)  # arrives in the middle of the write
+    time.sleep(0.2)
+    f.seek(0)
+    real_save(obj, f)
+torch.save = slow_save
+C.save_checkpoint(sys.argv[1], {"x": torch.arange(5)})
+print("NOT REACHED")
+"""
+
+
+def test_sigterm_during_a_checkpoint_write_leaves_a_whole_file_and_no_temp(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    path = tmp_path / "checkpoint.pt"
+    r = subprocess.run([sys.executable, "-c", _WRITER, str(path)], cwd=REPO, env=_child_env(),
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == -signal.SIGTERM, r.stderr[-2000:]  # the signal took its course
+    assert "NOT REACHED" not in r.stdout
+    assert torch.equal(torch.load(path, weights_only=False)["x"], torch.arange(5))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    def boom(obj, f):
+        f.write(b"partial")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(KeyboardInterrupt):
+        C.save_checkpoint(tmp_path / "c.pt", {"x": 1})
+    assert list(tmp_path.iterdir()) == []

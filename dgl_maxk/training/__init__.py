@@ -1,1 +1,22 @@
-"""Training MaxK-GNN models from configs (being assembled; see ARCHITECTURE.md)."""
+"""Training MaxK-GNN models from configs (see ARCHITECTURE.md for the layers).
+
+- ``config``: the schema, validation, overrides and variants of a config;
+- ``precision``: the run's precision policy (fp32, tf32, bf16);
+- ``step``: the one training step (full graph, mini-batch, benchmarks);
+- ``sampling``: DGL's neighbour sampler and loader, and a mini-batch epoch;
+- ``distributed``: the device and the torchrun process group;
+- ``metrics``: scores and statistics;
+- ``checkpoint``: atomic writes, checkpoints, RNG states, what a resume starts from;
+- ``seed``: one seed's training; ``runner``: experiments (variants x seeds, run directory,
+  log, signals, budget); ``report``: environment and summaries.
+"""
+from .config import (apply_overrides, expand_variants, load_config, parse_assignment,
+                     resolve_key, validate_config)
+from .errors import CheckpointError, ConfigError, RunInterrupted
+from .metrics import evaluate
+from .runner import run_experiment, run_seed
+from .step import train_step
+
+__all__ = ["ConfigError", "CheckpointError", "RunInterrupted", "load_config",
+           "validate_config", "apply_overrides", "expand_variants", "resolve_key",
+           "parse_assignment", "run_experiment", "run_seed", "evaluate", "train_step"]

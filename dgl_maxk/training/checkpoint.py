@@ -1,0 +1,188 @@
+"""A seed's files: atomic writes, checkpoints with RNG states, and what a resume starts from.
+
+``<seed_dir>/checkpoint.pt`` holds the model, optimizer, scheduler, RNG states, epoch,
+best-so-far and history; ``<seed_dir>/result.json`` the finished seed's result. Every write
+goes to a temporary file that replaces the old one only once it is complete, with SIGINT and
+SIGTERM held back until then: a crash or a signal leaves the previous file intact and no
+temporary file behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import CheckpointError, ConfigError
+
+LOG = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+CHECKPOINT_KEYS = ("config", "seed", "model", "optimizer", "scheduler", "state", "rng")
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """SIGINT and SIGTERM that arrive in the block take effect when it ends (through the
+    handlers in place before it). Only the main thread can hold them back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum))
+                for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for signum in caught:
+            signal.raise_signal(signum)
+
+
+def atomic_write_bytes(path: Path, write):
+    """``write(file)`` into ``path`` atomically; the temporary file never outlives the call."""
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with signals_deferred():
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def save_checkpoint(path: Path, state: dict):
+    """torch.save to ``path`` atomically (a crash leaves the previous checkpoint intact)."""
+    atomic_write_bytes(path, lambda f: torch.save(state, f))
+
+
+def write_json(path: Path, obj):
+    text = json.dumps(obj, indent=1, default=_json_default).encode()
+    atomic_write_bytes(path, lambda f: f.write(text))
+
+
+def _json_default(obj):
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def load_checkpoint(path: Path) -> dict:
+    """The checkpoint at ``path``; a CheckpointError naming it when it cannot be read."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    # an unpickler fed a damaged file raises almost anything (EOFError, UnpicklingError,
+    # RuntimeError from the zip reader, ValueError, KeyError ...): each means "unreadable"
+    except Exception as err:  # noqa: BLE001
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(err).__name__}: "
+                              f"{_first_line(err)}); pass --restart-corrupt to restart that "
+                              "seed from scratch") from None
+    if not isinstance(ckpt, dict) or not all(k in ckpt for k in CHECKPOINT_KEYS):
+        raise CheckpointError(f"checkpoint {path} is not a dgl_maxk checkpoint; pass "
+                              "--restart-corrupt to restart that seed from scratch")
+    return ckpt
+
+
+def _first_line(err) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else "no message"
+
+
+def read_result(path: Path, seed: int, epochs: int) -> dict | None:
+    """The finished seed's result at ``path``, or None when it is missing, unreadable or not
+    the complete result of that seed and epoch count."""
+    try:
+        result = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    complete = (isinstance(result, dict) and result.get("seed") == seed
+                and result.get("epochs") == epochs and isinstance(result.get("history"), list))
+    return result if complete else None
+
+
+def comparable(cfg) -> dict:
+    """The part of a config that decides a run's result (for resume checks)."""
+    keys = ("mode", "dataset", "model", "train") + (("sampling",) if cfg["mode"] == "minibatch"
+                                                      else ())
+    return json.loads(json.dumps({k: cfg[k] for k in keys}))
+
+
+@dataclass
+class SeedFiles:
+    """What a seed directory holds: the finished result, a readable checkpoint, or the
+    reason its checkpoint is unreadable (the message of a CheckpointError)."""
+    result: dict | None = None
+    checkpoint: dict | None = None
+    unreadable: str | None = None
+
+
+def inspect_seed(seed_dir: Path, cfg: dict, seed: int) -> SeedFiles:
+    """A seed's files, checked: a checkpoint of another config or seed is a ConfigError; a
+    complete, readable result.json is kept even when the checkpoint is unreadable (such a
+    seed is never retrained). Changes nothing on disk."""
+    seed_dir = Path(seed_dir)
+    ckpt_path = seed_dir / "checkpoint.pt"
+    result = read_result(seed_dir / "result.json", seed, cfg["train"]["epochs"])
+    if not ckpt_path.exists():
+        return SeedFiles(result=result)
+    try:
+        ckpt = load_checkpoint(ckpt_path)
+    except CheckpointError as err:
+        return SeedFiles(result=result) if result is not None else SeedFiles(
+            unreadable=str(err))
+    if ckpt["config"] != comparable(cfg) or ckpt["seed"] != seed:
+        raise ConfigError(f"{ckpt_path} was written for another config or seed; "
+                          "refusing to resume from it")
+    if ckpt["state"]["finished"] and result is not None:
+        return SeedFiles(result=result)
+    return SeedFiles(checkpoint=ckpt)
+
+
+def move_aside(path: Path) -> Path:
+    """Rename an unreadable file to ``<name>.corrupt`` (kept for inspection)."""
+    path = Path(path)
+    target = path.with_name(path.name + ".corrupt")
+    os.replace(path, target)
+    LOG.warning(f"moved the unreadable {path} aside to {target.name}; that seed restarts "
+                "from scratch")
+    return target
+
+
+def rng_state(device) -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+             "python": random.getstate()}
+    if torch.device(device).type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state, device):
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if torch.device(device).type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def seed_everything(seed: int):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

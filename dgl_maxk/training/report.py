@@ -1,0 +1,86 @@
+"""What a run reports: the environment it ran in, per-variant summaries and the printed
+summary lines."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .metrics import stats
+from .precision import MATMUL_PRECISION
+
+
+def _version(name: str) -> str | None:
+    module = sys.modules.get(name)  # the copy in use, not another one installed
+    if module is not None and hasattr(module, "__version__"):
+        return str(module.__version__)
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def environment(device, precision: str) -> dict:
+    """Versions, machine facts and the precision policy, for the results file."""
+    env = {"python": sys.version.split()[0], "platform": platform.platform(),
+           "host": socket.gethostname(), "torch": torch.__version__,
+           "dgl": _version("dgl"), "ogb": _version("ogb"), "numpy": np.__version__,
+           "dgl_maxk": _version("dgl_maxk"), "device": str(device),
+           "torch_threads": torch.get_num_threads(),
+           "backend": os.environ.get("DGL_MAXK_BACKEND", "auto"),
+           "precision": precision, "float32_matmul_precision": MATMUL_PRECISION[precision]}
+    if torch.device(device).type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+    env["git_commit"] = _git_commit()
+    return env
+
+
+def variant_summary(vcfg: dict, metric: str, per_seed: list) -> dict:
+    """One variant's entry of results.json: its model, scores over seeds, and the seeds."""
+    m = vcfg["model"]
+    return {
+        "model": m["name"], "nonlinearity": m["nonlinearity"],
+        "k": m["k"] if m["nonlinearity"] == "maxk" else None, "hidden": m["hidden"],
+        "layers": m["layers"], "dataset": vcfg["dataset"]["name"], "metric": metric,
+        "precision": vcfg["train"]["precision"],
+        "test": stats([r["test_at_best_val"] for r in per_seed]),
+        "val": stats([r["best_val"] for r in per_seed]),
+        "epoch_seconds": stats([r["median_epoch_seconds"] for r in per_seed]),
+        "seeds": per_seed,
+    }
+
+
+def summary_lines(results: dict) -> list[str]:
+    """A short human summary: one line per variant with mean +- std of test at best val."""
+    lines = [f"== {results['name']}: test at best validation epoch (mean ± std over seeds)"]
+    for vname, v in results["variants"].items():
+        t, ep = v["test"], v["epoch_seconds"]
+        if t["n"] == 0:
+            lines.append(f"  {vname:>10}: no finished seed")
+            continue
+        what = f"k={v['k']}" if v["k"] is not None else "ReLU"
+        lines.append(f"  {vname:>10} ({v['model']}, {what}, hidden {v['hidden']}): "
+                     f"{v['metric']} {100 * t['mean']:.2f} ± {100 * t['std']:.2f} "
+                     f"(n={t['n']}; val {100 * v['val']['mean']:.2f}; "
+                     f"{1e3 * ep['mean']:.1f} ms/epoch)")
+    if not results["complete"]:
+        lines.append(f"  (incomplete: continue with --resume {results['run_dir']})")
+    lines.append(f"  results: {results['run_dir']}/results.json")
+    return lines

@@ -1,0 +1,276 @@
+"""Experiments: every variant and seed of a config, trained with checkpoints, resumable.
+
+A run directory holds ``config.yaml`` (the resolved config), ``log.txt``,
+``<variant>/seed<N>/{checkpoint.pt,result.json}`` and ``results.json`` (config, environment,
+precision, per-seed histories and scores, mean and std per variant, timings).
+
+Training (:func:`run_seed`): Adam with the config's learning rate (constant or cosine) and
+weight decay, :func:`~dgl_maxk.training.step.train_step` on the whole graph (mode 'full') or
+on sampled blocks (mode 'minibatch'), evaluation of train/val/test on the whole graph, test
+reported at the best validation epoch, all under the config's ``train.precision``. Resuming
+from a checkpoint continues the exact same computation.
+
+A run stops early, leaving resumable checkpoints, when its budget (epochs or seconds in this
+call) runs out (``complete`` is then False) or on SIGINT/SIGTERM (RunInterrupted).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from .. import data as _data
+from .checkpoint import STOP_SIGNALS, inspect_seed, write_json
+from .config import apply_overrides, expand_variants, validate_config
+from .distributed import any_process, broadcast_object, init_distributed, resolve_device
+from .errors import CheckpointError, ConfigError, RunInterrupted
+from .precision import MATMUL_PRECISION
+from .report import environment, summary_lines, variant_summary
+from .seed import Budget, run_seed
+
+__all__ = ["run_experiment", "run_seed", "Budget", "StopSignals"]
+
+LOG = logging.getLogger(__name__)
+
+
+class StopSignals:
+    """Within the block, SIGINT and SIGTERM are recorded (``signal_name``) for the training
+    loop to stop at the end of its epoch, after saving a checkpoint; a second signal stops at
+    once (KeyboardInterrupt). The previous handlers come back when the block ends. Handlers
+    can only be installed from the main thread; elsewhere signals keep their course."""
+
+    def __init__(self):
+        self.signal_name = None
+        self._previous = {}
+
+    def _record(self, signum, frame):
+        if self.signal_name is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+        self.signal_name = signal.Signals(signum).name
+        LOG.warning(f"{self.signal_name}: stopping at the end of this epoch, after saving a "
+                    "checkpoint (send it again to stop at once)")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._record) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=None,
+                   seeds=None, stop_after_epochs=None, time_limit=None, progress=True,
+                   quiet=False, dataset_cache: dict | None = None,
+                   restart_corrupt=False) -> dict:
+    """Run every variant and seed of a validated config; returns the results dict (also
+    written to ``<run_dir>/results.json``), with ``complete`` False when a budget stopped it.
+
+    cfg: from :func:`~dgl_maxk.training.config.load_config` (ignored when resuming);
+    device: 'auto' | 'cpu' | 'cuda' | 'cuda:N'; out: where the run directory
+    ``<name>-<timestamp>`` is made; resume: a run directory to continue (its config.yaml is
+    used); seeds: a list or a count replacing ``train.seeds``; stop_after_epochs, time_limit:
+    stop early with resumable checkpoints after this many epochs / seconds in this call;
+    dataset_cache: a dict reused across calls to load each dataset once; restart_corrupt:
+    restart from scratch any seed whose checkpoint is unreadable (moved aside to .corrupt).
+
+    Raises ConfigError (bad config, run directory or config.yaml), CheckpointError (an
+    unreadable checkpoint), DatasetError, and RunInterrupted after SIGINT/SIGTERM (once the
+    checkpoints are saved). Nothing is written to a run directory before every check passed.
+    """
+    budget = _budget(stop_after_epochs, time_limit)
+    rank, world, dev = init_distributed(resolve_device(device))
+    cfg = _resumed_config(resume) if resume is not None else _fresh_config(cfg, seeds)
+    variants = expand_variants(cfg)
+    cache, loaded = _load_datasets(variants, dataset_cache)
+    if resume is not None:
+        run_dir = Path(resume)
+        _preflight(run_dir, variants, restart_corrupt)
+    else:
+        run_dir = _new_run_dir(out, cfg, rank)
+    with _run_log(run_dir, quiet, rank) as stdout, StopSignals() as signals:
+        _log_header(run_dir, dev, world, cfg, variants, loaded)
+        started = time.perf_counter()
+        per_variant, complete = _train_variants(variants, cache, run_dir, dev, budget,
+                                                signals, progress and rank == 0,
+                                                restart_corrupt)
+        results = {"name": cfg["name"], "config": cfg, "precision": cfg["train"]["precision"],
+                   "environment": environment(dev, cfg["train"]["precision"]),
+                   "run_dir": str(run_dir), "variants": per_variant, "complete": complete,
+                   "wall_seconds": time.perf_counter() - started, "processes": world}
+        if rank == 0:
+            write_json(run_dir / "results.json", results)
+            if stdout is not None:
+                stdout.setLevel(logging.INFO)  # the summary is printed even with quiet
+            for line in summary_lines(results):
+                LOG.info(line)
+    # a signal after the last epoch changes nothing: the run is complete
+    if signals.signal_name is not None and not complete:
+        raise RunInterrupted(run_dir, signals.signal_name)
+    return results
+
+
+def _budget(stop_after_epochs, time_limit) -> Budget:
+    if stop_after_epochs is not None and (isinstance(stop_after_epochs, bool) or not
+                                          isinstance(stop_after_epochs, int) or
+                                          stop_after_epochs < 1):
+        raise ConfigError(f"--stop-after-epochs must be a positive number of epochs, got "
+                          f"{stop_after_epochs!r}")
+    if time_limit is not None and not time_limit > 0:
+        raise ConfigError(f"--time-limit must be a positive number of seconds, got "
+                          f"{time_limit!r}")
+    return Budget(stop_after_epochs, time_limit)
+
+
+def _fresh_config(cfg, seeds) -> dict:
+    if cfg is None:
+        raise ConfigError("no config given")
+    if seeds is not None:
+        cfg = validate_config(apply_overrides(cfg, {"train.seeds": seeds}))
+    return cfg
+
+
+def _resumed_config(run_dir) -> dict:
+    """The validated config.yaml of the run directory to continue."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path} cannot be read ({type(err).__name__}); it must be the "
+                          "run's resolved config: restore it or start a new run") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path} is empty or not a mapping; it must be the run's resolved "
+                          "config: restore it or start a new run")
+    try:
+        return validate_config(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _dataset_key(vcfg) -> str:
+    return json.dumps(vcfg["dataset"], sort_keys=True)
+
+
+def _load_datasets(variants, cache):
+    """Every dataset of the run, loaded before anything is written (a missing one fails
+    before the run directory exists); returns the cache and a log line per loaded one."""
+    cache = cache if cache is not None else {}
+    loaded = []
+    for vcfg in variants.values():
+        key = _dataset_key(vcfg)
+        if key in cache:
+            continue
+        d = vcfg["dataset"]
+        t0 = time.perf_counter()
+        cache[key] = _data.load_dataset(d["name"], root=d["root"], self_loops=d["self_loops"],
+                                        **d["params"])
+        loaded.append(f"dataset {d['name']}: {cache[key].summary()} "
+                      f"(loaded in {time.perf_counter() - t0:.1f} s)")
+    return cache, loaded
+
+
+def _preflight(run_dir: Path, variants: dict, restart_corrupt: bool):
+    """Refuse a resume before touching the run: every seed's checkpoint must be readable
+    (or restart_corrupt given) and written for this config."""
+    for vname, vcfg in variants.items():
+        for seed in vcfg["train"]["seeds"]:
+            files = inspect_seed(run_dir / vname / f"seed{seed}", vcfg, seed)
+            if files.unreadable is not None and not restart_corrupt:
+                raise CheckpointError(files.unreadable)
+
+
+def _new_run_dir(out, cfg, rank) -> Path:
+    """``<out>/<name>-<timestamp>`` with the config in it, made by process 0 (under
+    torchrun every process gets its path)."""
+    run_dir = None
+    if rank == 0:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = Path(out) / f"{cfg['name']}-{stamp}"
+        run_dir, i = base, 1
+        while run_dir.exists():
+            run_dir, i = Path(f"{base}-{i}"), i + 1
+        run_dir.mkdir(parents=True)
+        with open(run_dir / "config.yaml", "w") as f:
+            yaml.safe_dump(cfg, f, sort_keys=False)
+    return Path(broadcast_object(str(run_dir) if run_dir else None))
+
+
+@contextlib.contextmanager
+def _run_log(run_dir: Path, quiet: bool, rank: int):
+    """The ``dgl_maxk`` logger's lines go to stdout (warnings only with ``quiet``) and to
+    the run's log.txt, on process 0, for the duration of the block; yields the stdout
+    handler (None on other processes)."""
+    logger = logging.getLogger("dgl_maxk")
+    handlers, stdout = [], None
+    if rank == 0:
+        stdout = logging.StreamHandler(sys.stdout)
+        stdout.setLevel(logging.WARNING if quiet else logging.INFO)
+        handlers = [stdout, logging.FileHandler(run_dir / "log.txt", encoding="utf-8")]
+    saved = logger.level, logger.propagate
+    # the run prints its own lines: a handler of the root logger would print each twice
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    try:
+        yield stdout
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _log_header(run_dir, device, world, cfg, variants, loaded):
+    LOG.info(f"run directory: {run_dir}")
+    precisions = {name: v["train"]["precision"] for name, v in variants.items()}
+    if len(set(precisions.values())) == 1:
+        p = cfg["train"]["precision"]
+        LOG.info(f"precision: {p} (float32 matmul precision '{MATMUL_PRECISION[p]}'"
+                 + (", bfloat16 autocast" if p == "bf16" else "") + ")")
+    else:
+        LOG.info("precision: " + ", ".join(f"{n} {p}" for n, p in precisions.items()))
+    LOG.info(f"device: {device}" + (f" (x{world} processes)" if world > 1 else "")
+             + f"; variants: {', '.join(variants)}; seeds: {cfg['train']['seeds']}")
+    for line in loaded:
+        LOG.info(line)
+
+
+def _train_variants(variants, cache, run_dir, device, budget, signals, progress,
+                    restart_corrupt):
+    """({variant: summary}, complete) over every variant, until a stop."""
+    summaries = {}
+    for vname, vcfg in variants.items():
+        dataset = cache[_dataset_key(vcfg)]
+        per_seed, complete = [], True
+        for seed in vcfg["train"]["seeds"]:
+            if any_process(budget.exhausted() or signals.signal_name is not None, device):
+                complete = False
+                break
+            tag = f"[{vname} seed {seed}] "
+            res = run_seed(vcfg, dataset, seed, device, run_dir / vname / f"seed{seed}",
+                           budget=budget, progress=progress, tag=tag, signals=signals,
+                           restart_corrupt=restart_corrupt)
+            if res is None:
+                complete = False
+                break
+            LOG.info(f"{tag}best val {res['best_val']:.4f} at epoch {res['best_epoch']}: "
+                     f"test {res['test_at_best_val']:.4f}")
+            per_seed.append(res)
+        summaries[vname] = variant_summary(vcfg, dataset.metric, per_seed)
+        if not complete:
+            return summaries, False
+    return summaries, True

@@ -1,0 +1,80 @@
+"""Mini-batch training on sampled blocks, on one device or data-parallel over several.
+
+DGL's ``NeighborSampler`` and ``DataLoader`` sample blocks on the CPU (the DGL wheels of the
+package index have no CUDA); the features, labels and model live on the training device, and
+dgl_maxk's layers build each block's plan on that device (cheap: one sort of the block's
+edges). Under ``torchrun`` each process samples its share of the seed nodes (DGL's
+``use_ddp``).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .._dgl import dgl
+from .distributed import synchronize
+from .step import train_step
+
+
+def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
+    """A DGL DataLoader of (input_nodes, output_nodes, blocks) over ``seeds``, sampling the
+    given fan-out per layer (-1 takes all neighbours). Shuffled; reproducible from ``seed``
+    through torch's global generator, which the caller seeds."""
+    sampler = dgl.dataloading.NeighborSampler(list(fanouts))
+    return dgl.dataloading.DataLoader(graph, seeds, sampler, batch_size=batch_size,
+                                      shuffle=True, drop_last=False, use_ddp=use_ddp,
+                                      ddp_seed=seed, num_workers=0)
+
+
+def epoch_loader(graph, seeds, fanouts, batch_size, run_seed, epoch, use_ddp=False):
+    """A fresh loader for one epoch of a run.
+
+    DGL's loader shuffles its seed order in place, so a long-lived one would make each
+    epoch's order depend on all earlier ones (and break resume); DGL's sampler has its own
+    generator, which checkpoints cannot hold, so it is seeded from (run seed, epoch): a
+    resumed run samples what an uninterrupted one does.
+    """
+    epoch_seed = run_seed * 100_003 + epoch
+    dgl.seed(epoch_seed)
+    return make_loader(graph, seeds, fanouts, batch_size, epoch_seed, use_ddp=use_ddp)
+
+
+def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
+                max_steps=None, timed=False, input_dropout=0.0, precision="tf32"):
+    """One pass over ``loader``, one :func:`~dgl_maxk.training.step.train_step` per batch.
+
+    ``features``/``labels`` are indexed by node id (on any device). Returns the mean loss, the
+    seed count and the step count; with ``timed``, also the seconds spent in sampling,
+    feature/label gathering and copying, and compute (which then synchronises with the GPU
+    at each phase boundary).
+    """
+    stats = {"loss": 0.0, "seeds": 0, "steps": 0, "sample_s": 0.0, "copy_s": 0.0,
+             "compute_s": 0.0}
+    loss_sum = torch.zeros((), device=device)
+    iterator = iter(loader)
+    while max_steps is None or stats["steps"] < max_steps:
+        t0 = time.perf_counter()
+        try:
+            input_nodes, output_nodes, blocks = next(iterator)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        x = features[input_nodes.to(features.device)].to(device, non_blocking=True)
+        y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
+        if timed:
+            synchronize(device)
+        t2 = time.perf_counter()
+        loss = train_step(model, blocks, x, y, optimizer, multilabel=multilabel,
+                          input_dropout=input_dropout, precision=precision)
+        loss_sum += loss * len(output_nodes)
+        if timed:
+            synchronize(device)
+        t3 = time.perf_counter()
+        stats["sample_s"] += t1 - t0
+        stats["copy_s"] += t2 - t1
+        stats["compute_s"] += t3 - t2
+        stats["seeds"] += len(output_nodes)
+        stats["steps"] += 1
+    stats["loss"] = float(loss_sum) / max(1, stats["seeds"])
+    return stats

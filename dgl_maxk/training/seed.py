@@ -1,0 +1,250 @@
+"""One seed of one variant: build the model, train it epoch by epoch with checkpoints,
+evaluate, and write the seed's result."""
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..models import build_model
+from .checkpoint import (comparable, inspect_seed, move_aside, rng_state, save_checkpoint,
+                         seed_everything, set_rng_state, write_json)
+from .distributed import all_reduce_mean, any_process, is_distributed, rank, synchronize
+from .errors import CheckpointError
+from .metrics import evaluate
+from .precision import autocast, precision_scope
+from .sampling import epoch_loader, train_epoch
+from .sparse_input import SparseInputLinear
+from .step import train_step
+
+LOG = logging.getLogger(__name__)
+
+
+class Budget:
+    """When to stop early (leaving a resumable checkpoint): after ``epochs`` more epochs in
+    this process, or once ``seconds`` of wall time have passed."""
+
+    def __init__(self, epochs=None, seconds=None):
+        self.epochs_left = epochs
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+
+    def tick(self) -> bool:
+        """Count one epoch; True when the run must stop now."""
+        if self.epochs_left is not None:
+            self.epochs_left -= 1
+        return self.exhausted()
+
+    def exhausted(self) -> bool:
+        return (self.epochs_left is not None and self.epochs_left <= 0) or (
+            self.deadline is not None and time.monotonic() >= self.deadline)
+
+
+class _SeedRun:
+    """The model, optimizer and data of one seed's training, on its device."""
+
+    def __init__(self, cfg: dict, dataset, seed: int, device: torch.device):
+        self.cfg, self.dataset, self.seed, self.device = cfg, dataset, seed, device
+        m, t = cfg["model"], cfg["train"]
+        seed_everything(seed)
+        self.model = build_model(m["name"], dataset.num_features, m["hidden"],
+                                 dataset.num_classes, m["layers"], k=m["k"],
+                                 dropout=m["dropout"], nonlinearity=m["nonlinearity"]).to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=t["lr"],
+                                          weight_decay=t["weight_decay"])
+        self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
+                                                                     T_max=t["epochs"])
+                          if t["schedule"] == "cosine" else None)
+        self.train_model = self.model
+        if is_distributed():
+            self.train_model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
+        self.features = dataset.features.to(device)
+        if t["sparse_features"]:
+            self.model.lin_in = SparseInputLinear(self.model.lin_in)  # same state dict
+            self.features = self.features.to_sparse().coalesce()
+        self.labels = dataset.labels.to(device)
+        self.masks = {s: getattr(dataset, f"{s}_mask").to(device)
+                      for s in ("train", "val", "test")}
+        self.train_idx = self.masks["train"].nonzero().squeeze(1)
+        self.train_labels = self.labels[self.train_idx]
+
+    def restore(self, ckpt: dict) -> dict:
+        """Load a checkpoint's model, optimizer, scheduler and RNG states; its run state."""
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+        set_rng_state(ckpt["rng"], self.device)
+        return ckpt["state"]
+
+    def save(self, path: Path, state: dict):
+        if rank() != 0:  # one writer; every process resumes from the same file
+            return
+        save_checkpoint(path, {
+            "config": comparable(self.cfg), "seed": self.seed,
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "state": state, "rng": rng_state(self.device)})
+
+    def train_epoch(self, epoch: int) -> float:
+        """One epoch of training; the mean training loss (over processes)."""
+        m, t = self.cfg["model"], self.cfg["train"]
+        common = dict(multilabel=self.dataset.multilabel, input_dropout=m["input_dropout"],
+                      precision=t["precision"])
+        if self.cfg["mode"] == "full":
+            loss = float(train_step(self.train_model, self.graph, self.features,
+                                    self.train_labels, self.optimizer, rows=self.train_idx,
+                                    **common))
+        else:
+            s = self.cfg["sampling"]
+            loader = epoch_loader(self.graph, self.train_idx.cpu(), s["fanouts"],
+                                  s["batch_size"], self.seed, epoch, use_ddp=is_distributed())
+            stats = train_epoch(self.train_model, loader, self.features, self.labels,
+                                self.optimizer, self.device, **common)
+            loss = all_reduce_mean({"loss": stats["loss"]}, self.device)["loss"]
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return loss
+
+    def evaluate(self) -> dict:
+        """The metric on the train, val and test nodes, from one whole-graph forward."""
+        self.model.eval()
+        with torch.no_grad(), autocast(self.cfg["train"]["precision"], self.device.type):
+            logits = self.model(self.graph, self.features).float()
+        return {split: evaluate(logits, self.labels, self.masks[split], self.dataset.metric,
+                                self.dataset.evaluator) for split in ("train", "val", "test")}
+
+
+def _new_state() -> dict:
+    return {"epoch": 0, "best": {"val": -math.inf, "epoch": None, "test": None,
+                                 "train": None},
+            "history": [], "train_seconds": 0.0, "eval_seconds": 0.0, "finished": False}
+
+
+def _timed_epoch(run: _SeedRun, epoch: int, state: dict) -> dict:
+    """Train one epoch, evaluate when due, and record both in ``state``; the epoch's row."""
+    t = run.cfg["train"]
+    synchronize(run.device)
+    start = time.perf_counter()
+    loss = run.train_epoch(epoch)
+    synchronize(run.device)
+    row = {"epoch": epoch, "loss": loss, "time": time.perf_counter() - start}
+    if epoch % t["eval_every"] == 0 or epoch == t["epochs"]:
+        start = time.perf_counter()
+        row.update(run.evaluate())
+        synchronize(run.device)
+        row["eval_time"] = time.perf_counter() - start
+        state["eval_seconds"] += row["eval_time"]
+        if row["val"] > state["best"]["val"]:
+            state["best"] = {"val": row["val"], "epoch": epoch, "test": row["test"],
+                             "train": row["train"]}
+    state["train_seconds"] += row["time"]
+    state["history"].append(row)
+    state["epoch"] = epoch
+    return row
+
+
+def _epoch_line(tag: str, row: dict, epochs: int) -> str:
+    line = f"{tag}epoch {row['epoch']:4d}/{epochs} loss {row['loss']:.4f}"
+    if "val" in row:
+        line += f" train {row['train']:.4f} val {row['val']:.4f} test {row['test']:.4f}"
+    return line + f" time {row['time'] * 1e3:.1f} ms"
+
+
+def _run_epochs(run: _SeedRun, state: dict, ckpt_path: Path, budget, signals, progress,
+                tag) -> bool:
+    """Train from ``state``'s epoch to the last one, checkpointing as configured; True when
+    the budget or a signal stopped it first (its checkpoint is then saved)."""
+    t = run.cfg["train"]
+    bar = tqdm(total=t["epochs"], initial=state["epoch"], desc=tag.strip() or "train",
+               disable=None if progress else True, leave=False, file=sys.stderr,
+               dynamic_ncols=True)
+    try:
+        for epoch in range(state["epoch"] + 1, t["epochs"] + 1):
+            row = _timed_epoch(run, epoch, state)
+            if epoch % t["log_every"] == 0 or epoch == t["epochs"]:
+                bar.clear()
+                LOG.info(_epoch_line(tag, row, t["epochs"]))
+                bar.refresh()
+            bar.update(1)
+            out_of_budget = budget is not None and budget.tick()
+            stop = any_process(out_of_budget or (signals is not None and
+                                                 signals.signal_name is not None), run.device)
+            state["finished"] = epoch == t["epochs"]
+            if state["finished"] or stop or (t["checkpoint_every"] and
+                                             epoch % t["checkpoint_every"] == 0):
+                run.save(ckpt_path, state)
+            if stop and not state["finished"]:
+                return True
+    finally:
+        bar.close()
+    return False
+
+
+def _seed_result(run: _SeedRun, state: dict) -> dict:
+    history, best = state["history"], state["best"]
+    return {
+        "seed": run.seed, "epochs": state["epoch"], "metric": run.dataset.metric,
+        "best_epoch": best["epoch"], "best_val": best["val"],
+        "test_at_best_val": best["test"], "train_at_best_val": best["train"],
+        "final": {s: history[-1].get(s) for s in ("loss", "train", "val", "test")},
+        "train_seconds": state["train_seconds"], "eval_seconds": state["eval_seconds"],
+        "mean_epoch_seconds": state["train_seconds"] / max(1, len(history)),
+        "median_epoch_seconds": float(np.median([r["time"] for r in history])),
+        "num_parameters": sum(p.numel() for p in run.model.parameters()),
+        "history": history,
+    }
+
+
+def _seed_files(seed_dir: Path, cfg: dict, seed: int, restart_corrupt: bool):
+    """The seed's files; an unreadable checkpoint is a CheckpointError, or with
+    ``restart_corrupt`` moved aside (the seed then starts from scratch)."""
+    files = inspect_seed(seed_dir, cfg, seed)
+    if files.unreadable is not None:
+        if not restart_corrupt:
+            raise CheckpointError(files.unreadable)
+        if rank() == 0:
+            move_aside(seed_dir / "checkpoint.pt")
+    return files
+
+
+def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budget | None
+             = None, progress: bool = True, tag: str = "", signals=None,
+             restart_corrupt: bool = False) -> dict | None:
+    """Train one model for one seed: on the whole graph (mode 'full') or on sampled blocks
+    (mode 'minibatch', data-parallel under torchrun); evaluation is on the whole graph.
+
+    Runs under the config's ``train.precision`` (the caller's matmul precision comes back
+    afterwards). Resumes from ``seed_dir/checkpoint.pt`` when it exists; a seed whose
+    result.json is complete is not trained again. Returns the seed's result (scores, best
+    epoch, history, timings), or None when ``budget`` or a signal recorded by ``signals``
+    (a :class:`~dgl_maxk.training.runner.StopSignals`) stopped it early, after saving its
+    checkpoint.
+    """
+    device, seed_dir = torch.device(device), Path(seed_dir)
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = seed_dir / "checkpoint.pt"
+    files = _seed_files(seed_dir, cfg, seed, restart_corrupt)
+    if files.result is not None:
+        return files.result
+    with precision_scope(cfg["train"]["precision"]):
+        run = _SeedRun(cfg, dataset, seed, device)
+        state = _new_state()
+        if files.checkpoint is not None:
+            state = run.restore(files.checkpoint)
+            LOG.info(f"{tag}resuming from epoch {state['epoch']} ({ckpt_path})")
+        stopped = _run_epochs(run, state, ckpt_path, budget, signals, progress, tag)
+    if stopped:
+        LOG.info(f"{tag}stopped after epoch {state['epoch']}; checkpoint saved to {ckpt_path}")
+        return None
+    result = _seed_result(run, state)
+    if rank() == 0:
+        write_json(seed_dir / "result.json", result)
+    return result

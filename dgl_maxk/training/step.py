@@ -1,0 +1,51 @@
+"""The one training step of full-graph and mini-batch training (and of the benchmarks).
+
+``train_step`` takes the graph the model runs on (a DGLGraph, or the list of sampled blocks),
+the input features of its source nodes, and the labels of the rows the loss is taken over.
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from .precision import autocast
+
+
+def loss_fn(logits, labels, multilabel):
+    """Binary cross-entropy for multi-label data, cross-entropy otherwise."""
+    if multilabel:
+        return F.binary_cross_entropy_with_logits(logits, labels)
+    return F.cross_entropy(logits, labels)
+
+
+def drop_input(x, p):
+    """Dropout on input features (training only); on the stored values of a sparse input."""
+    if not p:
+        return x
+    if x.is_sparse:
+        return torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape,
+                                       is_coalesced=True)
+    return F.dropout(x, p)
+
+
+def train_step(model, graph, features, labels, optimizer, *, rows=None, multilabel=False,
+               input_dropout=0.0, precision="tf32"):
+    """One optimisation step: input dropout, the forward pass under ``precision``'s autocast,
+    the loss over ``rows`` of the output (all rows when None; ``labels`` holds those rows'
+    labels), backward, and the optimizer's step.
+
+    Returns the loss as a detached 0-d tensor on the device: reading it is the caller's
+    choice, so the step itself never waits for the GPU. The matmul precision is the caller's
+    (see :func:`dgl_maxk.training.precision.precision_scope`).
+    """
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    x = drop_input(features, input_dropout)
+    with autocast(precision, features.device.type):
+        logits = model(graph, x)
+        if rows is not None:
+            logits = logits[rows]
+        loss = loss_fn(logits.float(), labels, multilabel)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()

@@ -83,6 +83,15 @@ def test_types_are_not_converted_silently():
     assert small_config(**{"train.lr": lr})["train"]["lr"] == float(lr)
 
 
+def test_mapping_keys_must_be_names():
+    key = random.randint(0, 9)
+    with pytest.raises(ConfigError, match=rf"'dataset\.params' must have names as keys, "
+                                          rf"got {key}$"):
+        small_config(**{"dataset.params": {key: 1}})
+    with pytest.raises(ConfigError, match=rf"'variants' must have names as keys, got {key}$"):
+        small_config(variants={key: {"k": 2}})
+
+
 def test_k_larger_than_hidden_is_rejected():
     with pytest.raises(ConfigError, match=r"'model\.k' = 32 exceeds model\.hidden = 16"):
         small_config(**{"model.k": 32})

@@ -222,6 +222,9 @@ def _config_error(err: ValidationError, cfg: dict) -> ConfigError:
         return ConfigError(f"unknown config key '{key}' ({where}: {list(model.model_fields)})")
     if kind == "missing":
         return ConfigError(f"config key '{key}' is required")
+    if "[key]" in first["loc"]:  # a mapping key of the wrong type
+        return ConfigError(f"config key '{key}' must have names as keys, got "
+                           f"{first['input']!r}")
     if kind in ("value_error", "assertion_error"):
         problem = str(first["ctx"]["error"])
         if field is None or _is_section(field.annotation):  # a rule across keys

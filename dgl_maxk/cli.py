@@ -7,15 +7,56 @@
     python -m dgl_maxk validate configs/*.yaml
     python -m dgl_maxk datasets            # names, and where each real dataset goes
 
-Bad configs fail before any work, with a message naming the key (exit status 2); a missing
-dataset fails at once with the files to place and where (exit status 3).
+Bad arguments, configs and run files fail before any work with one line naming the thing
+(exit status 2); missing or unreadable data with the files to place and where (3); a run that
+stops before finishing (--stop-after-epochs, --time-limit, SIGINT, SIGTERM) says how to
+continue it (4). Exit status 1 means a bug in dgl_maxk.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import stat
 import sys
+from pathlib import Path
 
-EXIT_CONFIG, EXIT_DATA = 2, 3
+import torch
+
+from .data import DatasetError, data_root, dataset_names, layout
+from .training import (CheckpointError, ConfigError, RunInterrupted, load_config,
+                       run_experiment)
+
+EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED = 0, 2, 3, 4
+#: exit status when SIGINT arrives before a run could save anything to resume
+EXIT_SIGINT = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors in one line, like every other error of the command line."""
+
+    def error(self, message):
+        self.exit(EXIT_CONFIG, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
 
 
 def _seeds(text: str):
@@ -26,14 +67,34 @@ def _seeds(text: str):
         else:
             seeds = int(text)
     except ValueError:
+        seeds = None
+    if seeds == 0:
+        raise argparse.ArgumentTypeError("0 would mean 0 seeds; for seed 0 write --seeds 0,")
+    if seeds is None or seeds == [] or isinstance(seeds, int) and seeds < 0:
         raise argparse.ArgumentTypeError(
-            f"--seeds must be a count (3) or a comma-separated list (0,1,2), got {text!r}")
+            f"must be a count (3) or a comma-separated list (0,1,2), got {text!r}")
     return seeds
 
 
+def _device(text: str) -> str:
+    if text == "auto":
+        return text
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device dgl_maxk trains on; "
+                                         "use cpu, cuda, cuda:N or auto")
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.type == "cuda" and (device.index or 0) >= available:
+        raise argparse.ArgumentTypeError(f"{text}: this machine has {available} CUDA "
+                                         "device(s); use --device cpu or auto")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dgl_maxk",
-                                     description="MaxK-GNN experiments with DGL")
+    parser = _Parser(prog="python -m dgl_maxk", description="MaxK-GNN experiments with DGL")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train the models of a config")
@@ -42,22 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
                        action="extend",
                        help="override config keys, e.g. --set k=16 model.layers=3 "
                             "train.lr=0.003 (short names work when unambiguous)")
-    train.add_argument("--device", default="auto",
+    train.add_argument("--device", type=_device, default="auto",
                        help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
     train.add_argument("--seeds", type=_seeds, default=None,
-                       help="seeds: a count N (0..N-1) or a list 0,1,2 (replaces train.seeds)")
+                       help="seeds: a count N (0..N-1) or a list 0,1,2 (replaces train.seeds; "
+                            "seed 0 alone: 0,)")
     train.add_argument("--out", default="runs",
                        help="directory in which the run directory is created (default runs)")
     train.add_argument("--resume", metavar="RUN_DIR",
                        help="continue an interrupted run from its checkpoints")
-    train.add_argument("--stop-after-epochs", type=int, default=None, metavar="N",
+    train.add_argument("--restart-corrupt", action="store_true",
+                       help="with --resume: restart from scratch each seed whose checkpoint "
+                            "cannot be read (default: stop and name the file)")
+    train.add_argument("--stop-after-epochs", type=_positive_int, default=None, metavar="N",
                        help="stop (resumably) after N epochs in this call")
-    train.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+    train.add_argument("--time-limit", type=_positive_seconds, default=None,
+                       metavar="SECONDS",
                        help="stop (resumably) at the first epoch end after SECONDS")
     train.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     train.add_argument("--quiet", action="store_true",
                        help="no per-epoch lines on stdout (log.txt still has them)")
-    train.add_argument("--threads", type=int, default=None,
+    train.add_argument("--threads", type=_positive_int, default=None,
                        help="torch CPU threads (torch.set_num_threads)")
 
     val = sub.add_parser("validate", help="check configs without running anything")
@@ -70,61 +136,87 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from .training import ConfigError  # imports torch and DGL; after argument errors
-
+    commands = {"train": _train, "validate": _validate, "datasets": _datasets}
     try:
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "datasets":
-            return _datasets()
-        return _train(args)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
+        return commands[args.command](args)
+    except (ConfigError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
         return EXIT_CONFIG
+    except DatasetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DATA
+    except RunInterrupted as err:
+        print(f"stopped by {err.signal_name}; {_resume_hint(err.run_dir)}", file=sys.stderr)
+        return EXIT_STOPPED
     except KeyboardInterrupt:
-        print("interrupted; continue with --resume <run directory>", file=sys.stderr)
-        return 130
+        print("interrupted before the run saved anything; nothing to resume",
+              file=sys.stderr)
+        return EXIT_SIGINT
+
+
+def _resume_hint(run_dir) -> str:
+    return f"continue with: python -m dgl_maxk train --resume {run_dir}"
 
 
 def _validate(args) -> int:
-    from .training import load_config
+    failed = 0
     for path in args.configs:
-        cfg = load_config(path, args.overrides)
+        try:
+            cfg = load_config(path, args.overrides)
+        except ConfigError as err:
+            print(f"error: {path}: {err}", file=sys.stderr)
+            failed += 1
+            continue
         print(f"{path}: ok ({cfg['dataset']['name']}, {cfg['model']['name']}, "
               f"variants: {list(cfg['variants'] or []) or 'none'})")
-    return 0
+    return EXIT_CONFIG if failed else EXIT_OK
 
 
-def _datasets() -> int:
-    from .data import data_root, dataset_names, layout
+def _datasets(args) -> int:
     print(f"data root: {data_root()} (--set dataset.root=DIR or $DGL_MAXK_DATA)")
     for name in dataset_names():
         print(f"  {name:14} {layout(name)}")
-    return 0
+    return EXIT_OK
 
 
 def _train(args) -> int:
-    from .data import DatasetNotFound
-    from .training import ConfigError, load_config, run_experiment
-    import torch
-
-    if args.threads:
+    cfg = _train_config(args)
+    if args.resume is None:
+        _check_out(Path(args.out))
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
+    results = run_experiment(cfg, device=args.device, out=args.out, resume=args.resume,
+                             stop_after_epochs=args.stop_after_epochs,
+                             time_limit=args.time_limit, progress=not args.no_progress,
+                             quiet=args.quiet, restart_corrupt=args.restart_corrupt)
+    if results["complete"]:
+        return EXIT_OK
+    print(f"stopped before finishing; {_resume_hint(results['run_dir'])}", file=sys.stderr)
+    return EXIT_STOPPED
+
+
+def _train_config(args) -> dict | None:
+    """The validated config of ``train`` (None with --resume: the run's own is used)."""
     if args.resume:
         if args.config or args.overrides or args.seeds is not None:
             raise ConfigError("--resume continues a run with its own config; do not pass "
                               "--config, --set or --seeds with it")
-        cfg = None
-    else:
-        if not args.config:
-            raise ConfigError("give --config configs/<name>.yaml (or --resume RUN_DIR)")
-        cfg = load_config(args.config, args.overrides)
-    try:
-        results = run_experiment(cfg, device=args.device, out=args.out, resume=args.resume,
-                                 seeds=args.seeds, stop_after_epochs=args.stop_after_epochs,
-                                 time_limit=args.time_limit, progress=not args.no_progress,
-                                 quiet=args.quiet)
-    except DatasetNotFound as err:
-        print(f"dataset missing: {err}", file=sys.stderr)
-        return EXIT_DATA
-    return 0 if results["complete"] else 0
+        return None
+    if args.restart_corrupt:
+        raise ConfigError("--restart-corrupt applies to --resume RUN_DIR only")
+    if not args.config:
+        raise ConfigError("give --config configs/<name>.yaml (or --resume RUN_DIR)")
+    seeds = [f"train.seeds={args.seeds}"] if args.seeds is not None else []
+    return load_config(args.config, [*args.overrides, *seeds])
+
+
+def _check_out(out: Path):
+    """--out must be, or be creatable in, a directory we may write to. The mode bits are
+    checked too: root may write anywhere, but a directory marked read-only means 'not here'."""
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"--out {out}: {existing} is a file, not a directory; give a "
+                          "directory for the run directories")
+    if not (existing.stat().st_mode & stat.S_IWUSR and os.access(existing, os.W_OK)):
+        raise ConfigError(f"--out {out}: {existing} is not writable; give a directory you "
+                          "can write to")

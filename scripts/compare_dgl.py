@@ -43,7 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dgl_maxk  # noqa: E402
-from dgl_maxk import ops  # noqa: E402
+from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
@@ -306,7 +306,7 @@ def run(args):
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                           if args.device == "auto" else args.device)
     dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
-    backend = ops.backend_for(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
+    backend = backends.for_tensor(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
     setup = Setup(args, device, dgl_device,
                   "cusparse-relu" if device.type == "cuda" else "csr-relu")
     out = Path(args.out)

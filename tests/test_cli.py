@@ -3,14 +3,21 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch
+
+from dgl_maxk.cli import main as cli_main
+from dgl_maxk.data import DatasetError
+from dgl_maxk.training.errors import CheckpointError, RunInterrupted
 
 REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
 
 
 def cli(*args, cwd=REPO, env=None, timeout=180):
@@ -81,10 +88,10 @@ def test_stop_and_resume_through_cli(config, tmp_path):
               "--device", "cpu"]
     r = cli("train", "--config", f"configs/{config}.yaml", *common, "--out", out,
             "--stop-after-epochs", "4")
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 4, r.stderr[-3000:]  # stopped, resumable
     (run_dir,) = run_dirs(out)
     assert not json.loads((run_dir / "results.json").read_text())["complete"]
-    assert "--resume" in r.stdout
+    assert f"--resume {run_dir}" in r.stderr and "Traceback" not in r.stderr
     r = cli("train", "--resume", run_dir)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resuming from epoch 1" in r.stdout  # relu stopped after its first epoch
@@ -115,3 +122,154 @@ def test_datasets_command_lists_layouts():
     assert r.returncode == 0, r.stderr
     assert "reddit_69f818f5" in r.stdout and "ogbn_arxiv" in r.stdout
     assert "planted" in r.stdout and "powerlaw" in r.stdout
+
+
+# --------------------------------------------------------------------------- bad input
+# In process through cli.main (the subprocess tests above cover `python -m dgl_maxk`): an
+# uncaught exception would fail the test, so passing means no traceback.
+
+
+def run_main(argv, capsys):
+    """(exit status, stderr) of ``python -m dgl_maxk *argv``."""
+    try:
+        code = cli_main([str(a) for a in argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+def one_line_error(err):
+    lines = err.strip().splitlines()
+    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--threads", "-3"], "--threads"),
+    (["--threads", "0"], "--threads"),
+    (["--device", "tpu"], "'tpu'"),
+    (["--device", "cuda:99"], "cuda:99"),
+    (["--stop-after-epochs", "0"], "--stop-after-epochs"),
+    (["--stop-after-epochs", "-2"], "--stop-after-epochs"),
+    (["--time-limit", "-1"], "--time-limit"),
+    (["--time-limit", "0"], "--time-limit"),
+    (["--seeds", "0"], "for seed 0 write --seeds 0,"),
+    (["--seeds", "-2"], "--seeds"),
+    (["--restart-corrupt"], "--restart-corrupt"),
+])
+def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, capsys,
+                                                         monkeypatch):
+    monkeypatch.setattr("dgl_maxk.cli.run_experiment", lambda *a, **k: pytest.fail("ran"))
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path / "runs",
+                          *args], capsys)
+    assert code == 2 and one_line_error(err) and named in err, err
+    assert run_dirs(tmp_path / "runs") == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_an_argument_error(tmp_path, capsys):
+    code, err = run_main(["train", "--config", QUICKSTART, "--device", "cuda"], capsys)
+    assert code == 2 and one_line_error(err) and "0 CUDA device" in err, err
+
+
+def test_unusable_out_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("dgl_maxk.cli.run_experiment", lambda *a, **k: pytest.fail("ran"))
+    a_file = tmp_path / f"file{random.randint(0, 99)}"
+    a_file.write_text("x")
+    read_only = tmp_path / "read_only"
+    read_only.mkdir(mode=0o555)
+    for out, problem in ((a_file, "is a file"), (a_file / "runs", "is a file"),
+                         (read_only, "is not writable"), (read_only / "runs", "not writable")):
+        code, err = run_main(["train", "--config", QUICKSTART, "--out", out], capsys)
+        assert code == 2 and one_line_error(err), err
+        assert f"--out {out}" in err and problem in err, err
+    assert list(read_only.iterdir()) == []
+
+
+def test_unreadable_config_files(tmp_path):
+    binary = tmp_path / "weights.yaml"
+    binary.write_bytes(bytes([0x80, 0]) + random.randbytes(200))
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("name: r\xe9sum\xe9\n".encode("latin-1"))
+    for config, problem in ((tmp_path, f"{tmp_path} is a directory"),
+                            (binary, "weights.yaml is not a text file"),
+                            (latin1, "latin1.yaml is not a text file")):
+        r = cli("train", "--config", config, "--out", tmp_path / "runs")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("error: ") and problem in r.stderr, r.stderr
+    assert run_dirs(tmp_path / "runs") == []
+    r = cli("validate", tmp_path, QUICKSTART)
+    assert r.returncode == 2 and "is a directory" in r.stderr and ": ok" in r.stdout
+
+
+# --------------------------------------------------------------------------- exit codes
+
+
+@pytest.fixture
+def fake_run(monkeypatch):
+    """Replace run_experiment by one that returns or raises ``outcome``; returns its calls."""
+    calls = []
+
+    def install(outcome):
+        def run_experiment(cfg, **kwargs):
+            calls.append((cfg, kwargs))
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        monkeypatch.setattr("dgl_maxk.cli.run_experiment", run_experiment)
+        return calls
+    return install
+
+
+def test_finished_run_exits_0_with_the_arguments_passed_on(fake_run, tmp_path, capsys):
+    calls = fake_run({"complete": True, "run_dir": str(tmp_path / "r")})
+    seeds = sorted(random.sample(range(50), 3))
+    code, err = run_main(["train", "--config", QUICKSTART, "--seeds",
+                          ",".join(map(str, seeds)), "--set", "k=4", "--out", tmp_path,
+                          "--device", "cpu", "--stop-after-epochs", "5"], capsys)
+    assert code == 0 and err == ""
+    ((cfg, kwargs),) = calls
+    assert cfg["train"]["seeds"] == seeds and cfg["model"]["k"] == 4
+    assert kwargs["device"] == "cpu" and kwargs["stop_after_epochs"] == 5
+    assert kwargs["out"] == str(tmp_path) and kwargs["restart_corrupt"] is False
+
+
+def test_stopped_run_exits_4_naming_the_run_directory(fake_run, tmp_path, capsys):
+    run_dir = tmp_path / f"quickstart-{random.randint(0, 10**6)}"
+    fake_run({"complete": False, "run_dir": str(run_dir)})
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path,
+                          "--time-limit", "60"], capsys)
+    assert code == 4 and f"--resume {run_dir}" in err and "<" not in err, err
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_interrupted_run_exits_4_naming_the_run_directory(signal_name, fake_run, tmp_path,
+                                                          capsys):
+    run_dir = tmp_path / f"quickstart-{random.randint(0, 10**6)}"
+    fake_run(RunInterrupted(run_dir, signal_name))
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
+    assert code == 4 and signal_name in err and f"--resume {run_dir}" in err, err
+    assert "<run directory>" not in err
+
+
+def test_resume_passes_restart_corrupt_and_bad_checkpoints_exit_2(fake_run, tmp_path, capsys):
+    ckpt = tmp_path / "maxk" / "seed0" / "checkpoint.pt"
+    calls = fake_run(CheckpointError(f"{ckpt} cannot be read (truncated); pass "
+                                     "--restart-corrupt to restart that seed from scratch"))
+    code, err = run_main(["train", "--resume", tmp_path], capsys)
+    assert code == 2 and one_line_error(err) and str(ckpt) in err, err
+    code, err = run_main(["train", "--resume", tmp_path, "--restart-corrupt"], capsys)
+    assert [kwargs["restart_corrupt"] for _, kwargs in calls] == [False, True]
+    assert [cfg for cfg, _ in calls] == [None, None]
+    assert [kwargs["resume"] for _, kwargs in calls] == [str(tmp_path)] * 2
+
+
+def test_unreadable_data_exits_3(fake_run, tmp_path, capsys):
+    fake_run(DatasetError(f"dataset 'reddit': {tmp_path}/reddit_data.npz is corrupt"))
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
+    assert code == 3 and one_line_error(err) and "reddit_data.npz" in err, err
+
+
+def test_sigint_before_the_run_started(fake_run, tmp_path, capsys):
+    fake_run(KeyboardInterrupt())
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
+    assert code == 130 and "nothing to resume" in err and "<" not in err, err

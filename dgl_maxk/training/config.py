@@ -1,7 +1,9 @@
-"""Experiment configs: the schema of every key, validation, overrides and variants.
+"""Experiment configs: pydantic models of every section, and a thin layer of dotted overrides.
 
-A config is a dict (usually YAML) with the sections below; :data:`SCHEMA` lists every key,
-its type and its default, and :func:`validate_config` rejects anything else, naming the key.
+A config is a dict (usually YAML) with the sections below; the models list every key, its
+type, its default and its bounds, and :func:`validate_config` rejects anything else with one
+line naming the dotted key. A validated config is a plain dict (``model_dump()``), so
+``config.yaml``, checkpoints and ``results.json`` keep their format.
 
 .. code-block:: yaml
 
@@ -14,154 +16,241 @@ its type and its default, and :func:`validate_config` rejects anything else, nam
     variants:                       # optional: run the config once per variant
       maxk: {model.nonlinearity: maxk}
       relu: {model.nonlinearity: relu}
+
+Overrides name a key by its dotted path (``model.k=16``) or, when only one section has it,
+by its short name (``k=16``); values are YAML.
 """
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      field_validator, model_validator)
 
-from .. import data as _data
+from ..data import canonical_name, check_params, dataset_names
 from ..models import MODELS
 from .errors import ConfigError
 
-__all__ = ["ConfigError", "SCHEMA", "load_config", "validate_config", "apply_overrides",
-           "expand_variants", "resolve_key", "parse_assignment"]
-
-REQUIRED = object()
+__all__ = ["ConfigError", "ExperimentConfig", "load_config", "validate_config",
+           "apply_overrides", "expand_variants", "resolve_key", "parse_assignment"]
 
 
-class Field:
-    """One config key: its type(s), default and allowed values."""
-
-    def __init__(self, types, default=None, choices=None, check=None, doc=""):
-        self.types = types if isinstance(types, tuple) else (types,)
-        self.default, self.choices, self.check, self.doc = default, choices, check, doc
-
-    def validate(self, key, value):
-        if value is None and self.default is None and self.default is not REQUIRED:
-            return None
-        if value is REQUIRED or (value is None and self.default is REQUIRED):
-            raise ConfigError(f"config key '{key}' is required")
-        ok = False
-        for typ in self.types:
-            if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-                value, ok = float(value), True
-                break
-            if typ is int and isinstance(value, int) and not isinstance(value, bool):
-                ok = True
-                break
-            if typ not in (int, float) and isinstance(value, typ):
-                ok = True
-                break
-        if not ok:
-            names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in self.types)
-            raise ConfigError(f"config key '{key}' must be {names}, got {value!r} "
-                              f"({type(value).__name__})")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"config key '{key}' must be finite, got {value!r}")
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"config key '{key}' must be one of {list(self.choices)}, "
-                              f"got {value!r}")
-        if self.check is not None:
-            problem = self.check(value)
-            if problem:
-                raise ConfigError(f"config key '{key}' {problem}, got {value!r}")
-        return value
+def _seed_list(seeds):
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ValueError("must be a positive count or a list of seeds")
+        return list(range(seeds))
+    if not seeds or min(seeds) < 0:
+        raise ValueError("must be a non-empty list of non-negative integers")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError("must not repeat a seed")
+    return seeds
 
 
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true/false",
-               dict: "a mapping", list: "a list"}
+def _fanouts_ok(fanouts):
+    if not fanouts or not all(f > 0 or f == -1 for f in fanouts):
+        raise ValueError("must be a non-empty list of positive integers "
+                         "(or -1 for all neighbours)")
+    return fanouts
 
 
-def _positive(v):
-    return None if v > 0 else "must be positive"
+class _Section(BaseModel):
+    # strict: no silent conversions ('3' is not 3, 2.5 is not an integer, 1 is not true);
+    # an integer is still accepted where a number is expected
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def _non_negative(v):
-    return None if v >= 0 else "must be >= 0"
+class DatasetConfig(_Section):
+    name: str = Field(description="a name from `python -m dgl_maxk datasets`")
+    root: Optional[str] = Field(None, description="data root (default $DGL_MAXK_DATA, "
+                                                  "else ./data)")
+    self_loops: bool = True
+    params: dict[str, Any] = Field(default_factory=dict,
+                                   description="generator / loader parameters")
+
+    @field_validator("name")
+    @classmethod
+    def _known_dataset(cls, name):
+        try:
+            return canonical_name(name)
+        except ValueError:
+            raise ValueError(f"must be one of {dataset_names()}") from None
+
+    @model_validator(mode="after")
+    def _params_fit_dataset(self):
+        self.params = check_params(self.name, self.params, "dataset.params")
+        return self
 
 
-def _probability(v):
-    return None if 0 <= v < 1 else "must be in [0, 1)"
+class ModelConfig(_Section):
+    name: Literal[tuple(sorted(MODELS))]
+    hidden: int = Field(256, gt=0)
+    layers: int = Field(2, gt=0)
+    dropout: float = Field(0.5, ge=0, lt=1)
+    input_dropout: float = Field(0.0, ge=0, lt=1,
+                                 description="dropout on the input features (training only)")
+    nonlinearity: Literal["maxk", "relu"] = "maxk"
+    k: int = Field(32, gt=0)
+
+    @model_validator(mode="after")
+    def _k_fits_hidden(self):
+        if self.nonlinearity == "maxk" and self.k > self.hidden:
+            raise ValueError(f"config key 'model.k' = {self.k} exceeds model.hidden = "
+                             f"{self.hidden} (MaxK keeps k of the hidden entries)")
+        return self
 
 
-def _seeds_ok(v):
-    if isinstance(v, int):
-        return None if v >= 1 else "must be a positive count or a list of seeds"
-    if not v or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v):
-        return "must be a non-empty list of non-negative integers"
-    if len(set(v)) != len(v):
-        return "must not repeat a seed"
-    return None
+class TrainConfig(_Section):
+    epochs: int = Field(200, gt=0)
+    lr: float = Field(0.01, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    schedule: Literal["constant", "cosine"] = "constant"
+    seeds: Annotated[Union[int, list[int]], AfterValidator(_seed_list)] = Field(
+        default_factory=lambda: [0], description="a count N (seeds 0..N-1) or a list")
+    eval_every: int = Field(1, gt=0)
+    log_every: int = Field(1, gt=0)
+    checkpoint_every: int = Field(50, ge=0)
+    precision: Literal["fp32", "tf32", "bf16"] = Field(
+        "tf32", description="fp32: full fp32 matmuls; tf32: TF32 matmuls on fp32 data (the "
+                            "paper's setting); bf16: torch.autocast with bfloat16 (MaxK "
+                            "values in bf16, aggregation accumulated in fp32)")
+    sparse_features: bool = Field(False, description="feed the input features to lin_in as "
+                                                     "a sparse matrix (same result; much "
+                                                     "faster for bag-of-words features)")
 
 
-def _fanouts_ok(v):
-    if not v or not all(isinstance(f, int) and not isinstance(f, bool) and (f > 0 or f == -1)
-                        for f in v):
-        return "must be a non-empty list of positive integers (or -1 for all neighbours)"
-    return None
+class SamplingConfig(_Section):
+    fanouts: Annotated[list[int], AfterValidator(_fanouts_ok)] = Field(
+        default_factory=lambda: [15, 10, 5],
+        description="neighbours sampled per layer, input layer first (-1: all)")
+    batch_size: int = Field(1024, gt=0, description="seed nodes per mini-batch")
 
 
-MODES = ("full", "minibatch")
+class ExperimentConfig(_Section):
+    name: Optional[str] = Field(None, description="run name (default: the config file's stem)")
+    description: Optional[str] = None
+    mode: Literal["full", "minibatch"] = "full"
+    dataset: DatasetConfig
+    model: ModelConfig
+    train: TrainConfig
+    sampling: SamplingConfig
+    variants: Optional[dict[str, Any]] = Field(
+        None, description="variant name -> {dotted key: value} overrides")
 
-#: Every config key: section -> key -> Field (top-level keys map straight to a Field).
-SCHEMA = {
-    "name": Field(str, None, doc="run name (default: the config file's stem)"),
-    "description": Field(str, None),
-    "mode": Field(str, "full", choices=MODES,
-                  doc="'full' (full-graph, the paper's) or 'minibatch' (sampled blocks)"),
-    "dataset": {
-        "name": Field(str, REQUIRED),
-        "root": Field(str, None, doc="data root (default $DGL_MAXK_DATA, else ./data)"),
-        "self_loops": Field(bool, True),
-        "params": Field(dict, {}, doc="generator / loader parameters"),
-    },
-    "model": {
-        "name": Field(str, REQUIRED, choices=tuple(sorted(MODELS))),
-        "hidden": Field(int, 256, check=_positive),
-        "layers": Field(int, 2, check=_positive),
-        "dropout": Field(float, 0.5, check=_probability),
-        "input_dropout": Field(float, 0.0, check=_probability,
-                               doc="dropout on the input features (training only)"),
-        "nonlinearity": Field(str, "maxk", choices=("maxk", "relu")),
-        "k": Field(int, 32, check=_positive),
-    },
-    "train": {
-        "epochs": Field(int, 200, check=_positive),
-        "lr": Field(float, 0.01, check=_positive),
-        "weight_decay": Field(float, 0.0, check=_non_negative),
-        "schedule": Field(str, "constant", choices=("constant", "cosine")),
-        "seeds": Field((list, int), [0], check=_seeds_ok),
-        "eval_every": Field(int, 1, check=_positive),
-        "log_every": Field(int, 1, check=_positive),
-        "checkpoint_every": Field(int, 50, check=_non_negative),
-        "precision": Field(str, "tf32", choices=("fp32", "tf32", "bf16"),
-                           doc="fp32: full fp32 matmuls; tf32 (the paper's): TF32 matmuls; "
-                               "bf16: TF32 plus torch.autocast with bfloat16 (MaxK values "
-                               "in bf16, aggregation accumulated in fp32)"),
-        "sparse_features": Field(bool, False,
-                                 doc="feed the input features to lin_in as a sparse matrix "
-                                     "(same result; much faster for bag-of-words features "
-                                     "such as Cora's)"),
-    },
-    "sampling": {
-        "fanouts": Field(list, [15, 10, 5], check=_fanouts_ok,
-                         doc="neighbours sampled per layer, input layer first (-1: all)"),
-        "batch_size": Field(int, 1024, check=_positive, doc="seed nodes per mini-batch"),
-    },
-    "variants": Field(dict, None, doc="name -> {dotted key: value} overrides"),
-}
+    @model_validator(mode="before")
+    @classmethod
+    def _sections_default_to_empty(cls, data):
+        if not isinstance(data, dict):
+            return data
+        return {**data, **{name: {} for name in _SECTIONS if data.get(name) is None}}
+
+    @model_validator(mode="after")
+    def _minibatch_fits(self):
+        if self.mode != "minibatch":
+            return self
+        if len(self.sampling.fanouts) != self.model.layers:
+            raise ValueError(f"config key 'sampling.fanouts' needs one fan-out per layer "
+                             f"(model.layers = {self.model.layers}), got "
+                             f"{self.sampling.fanouts}")
+        if self.train.sparse_features:
+            raise ValueError("config key 'train.sparse_features' is for full-graph training; "
+                             "mode 'minibatch' gathers dense feature rows per batch")
+        return self
 
 
-def _leaf_keys():
+def _is_section(annotation) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+#: section name -> its model
+_SECTIONS = {name: field.annotation for name, field in ExperimentConfig.model_fields.items()
+             if _is_section(field.annotation)}
+
+
+# --------------------------------------------------------------------------- error messages
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               dict: "a mapping", list: "a list", list[int]: "a list of integers"}
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def _type_name(annotation) -> str:
+    if _is_section(annotation):
+        return "a mapping"
+    if get_origin(annotation) is Union:
+        return " or ".join(_type_name(a) for a in get_args(annotation) if a is not type(None))
+    return _TYPE_NAMES.get(annotation) or _TYPE_NAMES.get(get_origin(annotation),
+                                                          str(annotation))
+
+
+def _bounds_text(field) -> str:
+    bounds = [f"{symbol} {getattr(m, attr)}" for m in field.metadata
+              for attr, symbol in _BOUNDS.items() if hasattr(m, attr)]
+    return "must be " + " and ".join(bounds)
+
+
+def _locate(loc):
+    """(dotted key, model holding it, its field or None if unknown) for a pydantic error
+    location; locations inside a leaf (a list index, a union member) end at the leaf."""
+    model, parts, field = ExperimentConfig, [], None
+    for part in loc:
+        parts.append(str(part))
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None or not _is_section(field.annotation):
+            break
+        model = field.annotation
+    return ".".join(parts), model, field
+
+
+def _value_at(cfg, key: str):
+    for part in key.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def _config_error(err: ValidationError, cfg: dict) -> ConfigError:
+    """pydantic's first error as one line naming the dotted key."""
+    first = err.errors()[0]
+    key, model, field = _locate(first["loc"])
+    kind, value = first["type"], _value_at(cfg, key)
+    if field is None and kind in ("extra_forbidden", "invalid_key"):
+        section = key.rpartition(".")[0]
+        where = f"known keys in '{section}'" if section else "known top-level keys"
+        return ConfigError(f"unknown config key '{key}' ({where}: {list(model.model_fields)})")
+    if kind == "missing":
+        return ConfigError(f"config key '{key}' is required")
+    if "[key]" in first["loc"]:  # a mapping key of the wrong type
+        return ConfigError(f"config key '{key}' must have names as keys, got "
+                           f"{first['input']!r}")
+    if kind in ("value_error", "assertion_error"):
+        problem = str(first["ctx"]["error"])
+        if field is None or _is_section(field.annotation):  # a rule across keys
+            return ConfigError(problem)
+        return ConfigError(f"config key '{key}' {problem}, got {value!r}")
+    if kind == "literal_error":
+        return ConfigError(f"config key '{key}' must be one of "
+                           f"{list(get_args(field.annotation))}, got {value!r}")
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return ConfigError(f"config key '{key}' {_bounds_text(field)}, got {value!r}")
+    if kind == "finite_number":
+        return ConfigError(f"config key '{key}' must be finite, got {value!r}")
+    expected = _type_name(field.annotation) if field is not None else "a mapping"
+    return ConfigError(f"config key '{key}' must be {expected}, got {value!r} "
+                       f"({type(value).__name__})")
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def _short_keys() -> dict:
+    """short key -> the dotted keys of every section that has it"""
     out = {}
-    for section, spec in SCHEMA.items():
-        if isinstance(spec, dict):
-            for key in spec:
-                out.setdefault(key, []).append(f"{section}.{key}")
+    for section, model in _SECTIONS.items():
+        for key in model.model_fields:
+            out.setdefault(key, []).append(f"{section}.{key}")
     return out
 
 
@@ -169,22 +258,22 @@ def resolve_key(key: str) -> str:
     """A dotted key, or a short one ('k', 'hidden', 'lr') when it names one key only."""
     parts = key.split(".")
     if len(parts) == 1:
-        if key in SCHEMA:
+        if key in ExperimentConfig.model_fields:
             return key
-        matches = _leaf_keys().get(key, [])
+        matches = _short_keys().get(key, [])
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
             raise ConfigError(f"config key '{key}' is ambiguous: use one of {matches}")
         raise ConfigError(f"unknown config key '{key}'")
     section = parts[0]
-    if section not in SCHEMA or not isinstance(SCHEMA[section], dict):
+    if section not in _SECTIONS:
         raise ConfigError(f"unknown config key '{key}' (no section '{section}'; sections: "
-                          f"{[s for s in SCHEMA if isinstance(SCHEMA[s], dict)]})")
-    if parts[1] not in SCHEMA[section]:
+                          f"{list(_SECTIONS)})")
+    if parts[1] not in _SECTIONS[section].model_fields:
         raise ConfigError(f"unknown config key '{key}' (known keys in '{section}': "
-                          f"{sorted(SCHEMA[section])})")
-    if len(parts) > 2 and not (section == "dataset" and parts[1] == "params"):
+                          f"{list(_SECTIONS[section].model_fields)})")
+    if len(parts) > 2 and parts[:2] != ["dataset", "params"]:
         raise ConfigError(f"unknown config key '{key}'")
     return key
 
@@ -210,7 +299,8 @@ def parse_assignment(text: str):
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as err:
-        raise ConfigError(f"override of '{key}': cannot parse {raw!r}: {err}") from None
+        raise ConfigError(f"override of '{key}': cannot parse {raw!r}: "
+                          f"{_yaml_problem(err)}") from None
     if isinstance(value, str) and _looks_numeric(value):
         value = float(value)  # YAML 1.1 reads '1e-3' as a string
     return key, value
@@ -234,19 +324,45 @@ def apply_overrides(cfg: dict, overrides) -> dict:
     return cfg
 
 
+# --------------------------------------------------------------------------- configs
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error in one line (PyYAML's own message spans several, with a source excerpt)."""
+    mark = getattr(err, "problem_mark", None)
+    if mark is None:
+        return " ".join(str(err).split())
+    return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _read_yaml(path: Path) -> dict:
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; give a YAML file in it")
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text:
+        raise ConfigError(f"config file {path} is not a text file (binary, or not UTF-8); "
+                          "give a YAML config")
+    try:
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(err)}") \
+            from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return cfg
+
+
 def load_config(path, overrides=None) -> dict:
     """Read a YAML config, apply overrides and validate it (see :func:`validate_config`)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    with open(path) as f:
-        try:
-            cfg = yaml.safe_load(f) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {path} is not valid YAML: {err}") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level")
-    cfg = apply_overrides(cfg, overrides)
+    cfg = apply_overrides(_read_yaml(path), overrides)
     if not cfg.get("name"):
         cfg["name"] = path.stem
     return validate_config(cfg)
@@ -255,101 +371,60 @@ def load_config(path, overrides=None) -> dict:
 def _validate_single(cfg: dict) -> dict:
     if not isinstance(cfg, dict):
         raise ConfigError("a config must be a mapping")
-    out = {}
-    for key in cfg:
-        if key not in SCHEMA:
-            raise ConfigError(f"unknown config key '{key}' (known top-level keys: "
-                              f"{list(SCHEMA)})")
-    for section, spec in SCHEMA.items():
-        if section == "variants":
-            continue
-        if isinstance(spec, Field):
-            value = cfg.get(section, spec.default)
-            out[section] = spec.validate(section, value)
-            continue
-        given = cfg.get(section) or {}
-        if not isinstance(given, dict):
-            raise ConfigError(f"config key '{section}' must be a mapping")
-        for key in given:
-            if key not in spec:
-                raise ConfigError(f"unknown config key '{section}.{key}' (known keys in "
-                                  f"'{section}': {sorted(spec)})")
-        out[section] = {}
-        for key, field in spec.items():
-            value = given[key] if key in given else (
-                field.default if field.default is REQUIRED else copy.deepcopy(field.default))
-            out[section][key] = field.validate(f"{section}.{key}", value)
-    if out["mode"] == "minibatch":
-        if len(out["sampling"]["fanouts"]) != out["model"]["layers"]:
-            raise ConfigError(f"config key 'sampling.fanouts' needs one fan-out per layer "
-                              f"(model.layers = {out['model']['layers']}), got "
-                              f"{out['sampling']['fanouts']}")
-        if out["train"]["sparse_features"]:
-            raise ConfigError("config key 'train.sparse_features' is for full-graph training; "
-                              "mode 'minibatch' gathers dense feature rows per batch")
     try:
-        out["dataset"]["name"] = _data.canonical_name(out["dataset"]["name"])
-    except ValueError as err:
-        raise ConfigError(f"config key 'dataset.name': {err}") from None
-    try:
-        out["dataset"]["params"] = _data.check_params(
-            out["dataset"]["name"], out["dataset"]["params"], "dataset.params")
-    except ValueError as err:
-        raise ConfigError(f"config key {err}") from None
-    model = out["model"]
-    if model["nonlinearity"] == "maxk" and model["k"] > model["hidden"]:
-        raise ConfigError(f"config key 'model.k' = {model['k']} exceeds model.hidden = "
-                          f"{model['hidden']} (MaxK keeps k of the hidden entries)")
-    seeds = out["train"]["seeds"]
-    out["train"]["seeds"] = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    return out
+        return ExperimentConfig.model_validate(cfg).model_dump()
+    except ValidationError as err:
+        raise _config_error(err, cfg) from None
+
+
+def _checked_variants(cfg: dict) -> dict:
+    """The variants of a validated config, each checked on top of it, keys made dotted."""
+    variants, base = cfg["variants"], _without_variants(cfg)
+    if not variants:
+        raise ConfigError("config key 'variants' must be a non-empty mapping of variant "
+                          "name -> {key: value} overrides")
+    checked = {}
+    for name, overrides in variants.items():
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigError(f"config key 'variants': name {name!r} must be letters, "
+                              "digits, '-' or '_'")
+        overrides = overrides or {}
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"config key 'variants.{name}' must be a mapping of overrides")
+        try:
+            checked[name] = {resolve_key(k): v for k, v in overrides.items()}
+            _validate_single(apply_overrides(base, overrides))
+        except ConfigError as err:
+            raise ConfigError(f"variant '{name}': {err}") from None
+        for key in checked[name]:
+            if key in ("variants", "name", "train.seeds"):
+                raise ConfigError(f"config key 'variants.{name}.{key}' cannot be set "
+                                  "per variant")
+    return checked
 
 
 def validate_config(cfg: dict) -> dict:
     """The config with defaults filled in; raises :class:`ConfigError` naming the key for
-    unknown keys, wrong types, unknown datasets or models, k > hidden, unsupported modes.
-    Every variant is validated too."""
-    variants = cfg.get("variants")
-    out = _validate_single({k: v for k, v in cfg.items() if k != "variants"})
-    if variants is not None:
-        if not isinstance(variants, dict) or not variants:
-            raise ConfigError("config key 'variants' must be a non-empty mapping of variant "
-                              "name -> {key: value} overrides")
-        checked = {}
-        for name, overrides in variants.items():
-            if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-                raise ConfigError(f"config key 'variants': name {name!r} must be letters, "
-                                  "digits, '-' or '_'")
-            overrides = overrides or {}
-            if not isinstance(overrides, dict):
-                raise ConfigError(f"config key 'variants.{name}' must be a mapping of "
-                                  "overrides")
-            for key in overrides:
-                if resolve_key(key) in ("variants", "name", "train.seeds"):
-                    raise ConfigError(f"config key 'variants.{name}.{key}' cannot be set "
-                                      "per variant")
-            try:
-                _validate_single(apply_overrides(out, overrides))
-            except ConfigError as err:
-                raise ConfigError(f"variant '{name}': {err}") from None
-            checked[name] = {resolve_key(k): v for k, v in overrides.items()}
-        out["variants"] = checked
-    else:
-        out["variants"] = None
+    unknown keys, wrong types, values out of range, unknown datasets or models, k > hidden,
+    unsupported modes. Every variant is validated too."""
+    out = _validate_single(cfg)
+    if out["variants"] is not None:
+        out["variants"] = _checked_variants(out)
     return out
 
 
 def expand_variants(cfg: dict) -> dict:
     """{variant name: full config} -- one entry named after the nonlinearity (and k) when the
     config has no variants."""
+    base = _without_variants(cfg)
     if not cfg.get("variants"):
-        single = {k: v for k, v in cfg.items() if k != "variants"}
-        return {_default_variant_name(single): single}
-    out = {}
-    for name, overrides in cfg["variants"].items():
-        base = {k: v for k, v in cfg.items() if k != "variants"}
-        out[name] = _validate_single(apply_overrides(base, overrides))
-    return out
+        return {_default_variant_name(base): base}
+    return {name: _without_variants(_validate_single(apply_overrides(base, overrides)))
+            for name, overrides in cfg["variants"].items()}
+
+
+def _without_variants(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k != "variants"}
 
 
 def _default_variant_name(cfg):

@@ -244,6 +244,28 @@ def test_train_step_returns_the_detached_loss_and_steps(planted):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+
+def test_train_step_reports_nan_after_backward_and_leaves_weights(planted, monkeypatch):
+    """The NaN scans of a step are deferred to its end (one read), and a NaN in a hidden
+    layer's input is raised with its position before the optimizer step."""
+    from dgl_maxk.models import build_model
+    from dgl_maxk.sparse import checks
+    model = build_model("sage", 12, 16, 5, 2, k=4, dropout=0.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.no_grad():
+        model.lin_in.bias[7] = float("nan")  # every hidden row gets a NaN in column 7
+    before = [p.detach().clone() for p in model.parameters()]
+    reads, real = [], checks._raise_first_nan
+    monkeypatch.setattr(checks, "_raise_first_nan",
+                        lambda pending: reads.append(len(pending)) or real(pending))
+    with pytest.raises(ValueError, match=r"NaN value\(s\), the first at index \(0, 7\)"):
+        step.train_step(model, planted.graph, planted.features, planted.labels, opt,
+                        precision="fp32")
+    assert reads == [2]  # both layers' scans, read once, at the end of the step
+    for a, b in zip(before, model.parameters()):
+        torch.testing.assert_close(b.detach(), a, rtol=0, atol=0, equal_nan=True)
+
+
 # --------------------------------------------------------------------------- precision
 
 

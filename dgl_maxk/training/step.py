@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from ..sparse import deferred_checks
 from .precision import autocast
 
 
@@ -34,18 +35,21 @@ def train_step(model, graph, features, labels, optimizer, *, rows=None, multilab
     the loss over ``rows`` of the output (all rows when None; ``labels`` holds those rows'
     labels), backward, and the optimizer's step.
 
-    Returns the loss as a detached 0-d tensor on the device: reading it is the caller's
-    choice, so the step itself never waits for the GPU. The matmul precision is the caller's
-    (see :func:`dgl_maxk.training.precision.precision_scope`).
+    The layers' NaN scans are deferred (:func:`dgl_maxk.deferred_checks`): the step waits for
+    the GPU once, after the backward, and raises the first NaN of any layer's input, with its
+    position, before the optimizer touches the weights. Returns the loss as a detached 0-d
+    tensor on the device. The matmul precision is the caller's (see
+    :func:`dgl_maxk.training.precision.precision_scope`).
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
     x = drop_input(features, input_dropout)
-    with autocast(precision, features.device.type):
-        logits = model(graph, x)
-        if rows is not None:
-            logits = logits[rows]
-        loss = loss_fn(logits.float(), labels, multilabel)
-    loss.backward()
+    with deferred_checks():
+        with autocast(precision, features.device.type):
+            logits = model(graph, x)
+            if rows is not None:
+                logits = logits[rows]
+            loss = loss_fn(logits.float(), labels, multilabel)
+        loss.backward()
     optimizer.step()
     return loss.detach()

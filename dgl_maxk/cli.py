@@ -6,6 +6,7 @@
     python -m dgl_maxk train --resume runs/reddit_sage-20250101-120000
     python -m dgl_maxk validate configs/*.yaml
     python -m dgl_maxk datasets            # names, and where each real dataset goes
+    python -m dgl_maxk env                 # versions, CUDA/CuPy, DGL features unavailable
 
 Bad configs fail before any work, with a message naming the key (exit status 2); a missing
 dataset fails at once with the files to place and where (exit status 3).
@@ -13,6 +14,7 @@ dataset fails at once with the files to place and where (exit status 3).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 EXIT_CONFIG, EXIT_DATA = 2, 3
@@ -65,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend")
 
     sub.add_parser("datasets", help="list datasets and where their files go")
+
+    env = sub.add_parser("env", help="versions, CUDA and CuPy status, DGL features unavailable")
+    env.add_argument("--json", action="store_true", help="print it as JSON")
     return parser
 
 
@@ -77,6 +82,8 @@ def main(argv=None) -> int:
             return _validate(args)
         if args.command == "datasets":
             return _datasets()
+        if args.command == "env":
+            return _env(args)
         return _train(args)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
@@ -100,6 +107,13 @@ def _datasets() -> int:
     print(f"data root: {data_root()} (--set dataset.root=DIR or $DGL_MAXK_DATA)")
     for name in dataset_names():
         print(f"  {name:14} {layout(name)}")
+    return 0
+
+
+def _env(args) -> int:
+    from . import envinfo
+    info = envinfo.collect()
+    print(json.dumps(info, indent=2) if args.json else envinfo.format_report(info))
     return 0
 
 

@@ -4,6 +4,8 @@ import os
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
+# site runs .pth files in name order: this one comes after setuptools' __editable__.*.pth,
+# whose finder makes _dgl_maxk_hook importable in an editable install.
 HOOK_PTH = "dgl_maxk_hook.pth"
 
 

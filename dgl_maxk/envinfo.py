@@ -9,7 +9,6 @@ import importlib.util
 import os
 import platform
 import site
-import sys
 from pathlib import Path
 
 import torch

@@ -37,11 +37,13 @@ def python(args, tmp_path, **env_updates):
 
 # --------------------------------------------------------------------------- quiet
 
-def test_import_prints_nothing_even_with_every_warning_shown(tmp_path):
+@pytest.mark.parametrize("action", ["always", "error"])
+def test_import_prints_nothing_even_with_every_warning_shown(action, tmp_path):
     """``-W always`` shows every warning not silenced on purpose (a DeprecationWarning too)
-    each time it is raised, and an empty bytecode cache makes Python compile every module as
-    on a fresh install (DGL's invalid escapes warn only then). Nothing may be printed."""
-    proc = python(["-W", "always", "-c", "import dgl_maxk"], tmp_path,
+    each time it is raised; ``-W error`` turns it into an exception. An empty bytecode cache
+    makes Python compile every module as on a fresh install (DGL's invalid escapes warn only
+    then). Nothing may be printed."""
+    proc = python(["-W", action, "-c", "import dgl_maxk"], tmp_path,
                   PYTHONPYCACHEPREFIX=str(tmp_path / "pycache"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]

@@ -6,6 +6,7 @@
     python -m dgl_maxk train --resume runs/reddit_sage-20250101-120000
     python -m dgl_maxk validate configs/*.yaml
     python -m dgl_maxk datasets            # names, and where each real dataset goes
+    python -m dgl_maxk env                 # versions, CUDA/CuPy, DGL features unavailable
 
 Bad arguments, configs and run files fail before any work with one line naming the thing
 (exit status 2); missing or unreadable data with the files to place and where (3); a run that
@@ -15,6 +16,7 @@ continue it (4). Exit status 1 means a bug in dgl_maxk.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import stat
@@ -23,9 +25,11 @@ from pathlib import Path
 
 import torch
 
+from . import envinfo
 from .data import DatasetError, data_root, dataset_names, layout
 from .training import (CheckpointError, ConfigError, RunInterrupted, load_config,
                        run_experiment)
+from .training.config import TrainConfig
 
 EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED = 0, 2, 3, 4
 #: exit status when SIGINT arrives before a run could save anything to resume
@@ -131,12 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend")
 
     sub.add_parser("datasets", help="list datasets and where their files go")
+
+    env = sub.add_parser("env", help="versions, CUDA and CuPy status, DGL features unavailable")
+    env.add_argument("--json", action="store_true", help="print it as JSON")
     return parser
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    commands = {"train": _train, "validate": _validate, "datasets": _datasets}
+    commands = {"train": _train, "validate": _validate, "datasets": _datasets, "env": _env}
     try:
         return commands[args.command](args)
     except (ConfigError, CheckpointError) as err:
@@ -176,6 +183,15 @@ def _datasets(args) -> int:
     print(f"data root: {data_root()} (--set dataset.root=DIR or $DGL_MAXK_DATA)")
     for name in dataset_names():
         print(f"  {name:14} {layout(name)}")
+    return EXIT_OK
+
+
+def _env(args) -> int:
+    info = envinfo.collect()
+    info["train_precision_default"] = TrainConfig.model_fields["precision"].default
+    text = envinfo.format_report(info) + (
+        f"\ntraining precision default (train.precision): {info['train_precision_default']}")
+    print(json.dumps(info, indent=2) if args.json else text)
     return EXIT_OK
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 
 import torch
 
@@ -53,7 +54,10 @@ def _read_ogb(name: str, root):
     folder, has_cache = check_ogb_files(name, root)
     parent = writable_parent(folder, has_cache)  # a copy keeps the folder's name
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # OGB prints 'Saving...' etc.
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            # OGB prints 'Saving...' etc., and hands torch a read-only numpy array
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
+                                    category=UserWarning)
             ds = DglNodePropPredDataset(name=name, root=str(parent))
             return ds, ds.get_idx_split()
     except READ_ERRORS as err:

@@ -12,6 +12,7 @@ import codecs
 import gzip
 import json
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -56,7 +57,10 @@ def _check_gzip_text(path: Path) -> None:
 
 
 def _check_pickle(path: Path) -> None:
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, warnings.catch_warnings():
+        # the planetoid pickles name scipy.sparse.csr, which scipy now calls deprecated
+        warnings.filterwarnings("ignore", message="Please import `csr_matrix`",
+                                category=DeprecationWarning)
         pickle.load(f, encoding="latin1")  # as DGL reads the planetoid files and its .pkl
 
 

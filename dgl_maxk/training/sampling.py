@@ -9,6 +9,7 @@ edges). Under ``torchrun`` each process samples its share of the seed nodes (DGL
 from __future__ import annotations
 
 import time
+import warnings
 
 import torch
 
@@ -40,6 +41,14 @@ def epoch_loader(graph, seeds, fanouts, batch_size, run_seed, epoch, use_ddp=Fal
     return make_loader(graph, seeds, fanouts, batch_size, epoch_seed, use_ddp=use_ddp)
 
 
+def _iterate(loader):
+    """``iter(loader)`` without DGL's advice to pin CPU affinity (meant for worker processes;
+    the loader here samples in the training process)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
+        return iter(loader)
+
+
 def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
                 max_steps=None, timed=False, input_dropout=0.0, precision="tf32"):
     """One pass over ``loader``, one :func:`~dgl_maxk.training.step.train_step` per batch.
@@ -52,7 +61,7 @@ def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
     stats = {"loss": 0.0, "seeds": 0, "steps": 0, "sample_s": 0.0, "copy_s": 0.0,
              "compute_s": 0.0}
     loss_sum = torch.zeros((), device=device)
-    iterator = iter(loader)
+    iterator = _iterate(loader)
     while max_steps is None or stats["steps"] < max_steps:
         t0 = time.perf_counter()
         try:

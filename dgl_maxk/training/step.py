@@ -25,7 +25,7 @@ def drop_input(x, p):
         return x
     if x.is_sparse:
         return torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape,
-                                       is_coalesced=True)
+                                       is_coalesced=True, check_invariants=False)
     return F.dropout(x, p)
 
 

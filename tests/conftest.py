@@ -22,6 +22,7 @@ import torch
 
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk._dgl import dgl
+from dgl_maxk.training import apply_overrides, validate_config
 
 SEED_ENV = "DGL_MAXK_TEST_SEED"
 
@@ -31,6 +32,16 @@ torch.set_num_threads(int(os.environ.get("DGL_MAXK_TEST_THREADS", "1")))
 
 GRAPH_KINDS = ("random", "empty_rows", "isolated", "self_loops", "multi_edges", "directed",
                "no_edges", "block", "block_zero_in", "bipartite")
+
+
+def small_config(**overrides):
+    """A validated config of a tiny planted-partition run, with dotted-key overrides."""
+    cfg = {"name": "t", "dataset": {"name": "planted",
+                                    "params": {"num_nodes": 300, "num_features": 12}},
+           "model": {"name": "sage", "hidden": 16, "layers": 2, "k": 4, "dropout": 0.5,
+                     "input_dropout": 0.2},
+           "train": {"epochs": 6, "lr": 0.01, "seeds": [0], "checkpoint_every": 2}}
+    return validate_config(apply_overrides(cfg, overrides))
 
 
 # --------------------------------------------------------------------------- randomness

@@ -10,18 +10,10 @@ import pytest
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk.training import config as C
 from dgl_maxk.training.config import ConfigError
+from conftest import small_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
-
-
-def small_config(**overrides):
-    cfg = {"name": "t", "dataset": {"name": "planted",
-                                    "params": {"num_nodes": 300, "num_features": 12}},
-           "model": {"name": "sage", "hidden": 16, "layers": 2, "k": 4, "dropout": 0.5,
-                     "input_dropout": 0.2},
-           "train": {"epochs": 6, "lr": 0.01, "seeds": [0], "checkpoint_every": 2}}
-    return C.validate_config(C.apply_overrides(cfg, overrides))
 
 
 # --------------------------------------------------------------------------- validation

@@ -13,17 +13,9 @@ from dgl_maxk import data as D
 from dgl_maxk import training as T
 from dgl_maxk.training import checkpoint as C
 from dgl_maxk.training import runner, step
+from conftest import small_config
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def small_config(**overrides):
-    cfg = {"name": "t", "dataset": {"name": "planted",
-                                    "params": {"num_nodes": 300, "num_features": 12}},
-           "model": {"name": "sage", "hidden": 16, "layers": 2, "k": 4, "dropout": 0.5,
-                     "input_dropout": 0.2},
-           "train": {"epochs": 6, "lr": 0.01, "seeds": [0], "checkpoint_every": 2}}
-    return T.validate_config(T.apply_overrides(cfg, overrides))
 
 
 # --------------------------------------------------------------------------- metrics

@@ -30,6 +30,15 @@ def _custom_op(name: str, fake):
     return declare
 
 
+def _launch_over_groups(name: str, config, num_groups: int, device, args):
+    """Compile kernel ``name`` for ``config`` (defines, warps, shared bytes, persistent) and
+    launch it with one warp task per edge group."""
+    defines, warps, smem, persist = config
+    kern = kernel(name, name, defines, device.index)
+    launch(kern, grid(kern, warps, smem, num_groups, persist, device.index), warps * 32, args,
+           smem, device)
+
+
 def _maxk_fake(h, k):
     return (h.new_empty((h.shape[0], k)),
             h.new_empty((h.shape[0], k), dtype=index_dtype(h.shape[1])))
@@ -64,12 +73,10 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
     y = alloc((num_dst, d), dtype=torch.float32, device=x_values.device)
     if num_groups == 0:
         return y
-    defines, warps, smem, persist = cfg.spgemm_config(k, d, x_values, x_indices)
-    dev = x_values.device.index
-    kern = kernel("cbsr_spgemm", "cbsr_spgemm", defines, dev)
-    launch(kern, grid(kern, warps, smem, num_groups, persist, dev), warps * 32,
-           (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values), ptr(x_values),
-            ptr(x_indices), ptr(y), i64(num_groups), i32(k), i32(d)), smem, x_values.device)
+    _launch_over_groups(
+        "cbsr_spgemm", cfg.spgemm_config(k, d, x_values, x_indices), num_groups,
+        x_values.device, (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values),
+                          ptr(x_values), ptr(x_indices), ptr(y), i64(num_groups), i32(k), i32(d)))
     return y
 
 
@@ -87,16 +94,14 @@ def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     num_groups = group_row.numel()
     if num_groups == 0 or n_src == 0 or col.numel() == 0:
         return dx
-    defines, warps, smem, persist = cfg.sspmm_config(k, d, grad_y, x_indices)
-    dev = grad_y.device.index
-    kern = kernel("cbsr_sspmm", "cbsr_sspmm", defines, dev)
-    blocks = grid(kern, warps, smem, num_groups, persist, dev)
+    config = cfg.sspmm_config(k, d, grad_y, x_indices)
     step = -(-n_src // cfg.sspmm_passes(n_src, k))
     for lo in range(0, n_src, step):
-        launch(kern, blocks, warps * 32,
-               (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values), ptr(grad_y),
-                ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d), i32(lo),
-                i32(min(n_src, lo + step))), smem, grad_y.device)
+        _launch_over_groups(
+            "cbsr_sspmm", config, num_groups, grad_y.device,
+            (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values), ptr(grad_y),
+             ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d), i32(lo),
+             i32(min(n_src, lo + step))))
     return dx
 
 
@@ -114,10 +119,8 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     num_groups = group_row.numel()
     if num_groups == 0 or col.numel() == 0:
         return out
-    defines, warps, smem, persist = cfg.sddmm_config(k, d, grad_y, x_values, x_indices)
-    dev = grad_y.device.index
-    kern = kernel("cbsr_sddmm", "cbsr_sddmm", defines, dev)
-    launch(kern, grid(kern, warps, smem, num_groups, persist, dev), warps * 32,
-           (ptr(group_row), ptr(group_start), ptr(col), ptr(grad_y), ptr(x_values),
-            ptr(x_indices), ptr(out), i64(num_groups), i32(k), i32(d)), smem, grad_y.device)
+    _launch_over_groups(
+        "cbsr_sddmm", cfg.sddmm_config(k, d, grad_y, x_values, x_indices), num_groups,
+        grad_y.device, (ptr(group_row), ptr(group_start), ptr(col), ptr(grad_y), ptr(x_values),
+                        ptr(x_indices), ptr(out), i64(num_groups), i32(k), i32(d)))
     return out

@@ -12,6 +12,23 @@ Times are medians of CUDA-event timed runs after warm-up, with the L2 cache flus
 each run; achieved bandwidth counts the bytes each kernel must move (gathers counted once per
 edge) against a measured device-to-device copy. Writes JSON (--out) and prints a markdown table.
 
+Each kernel is also set against its own floor, the least time the hardware allows. Two ceilings
+are measured once per run: the DRAM bandwidth (a 1 GiB device-to-device copy) and the L2
+bandwidth (one kernel reading an 8 MiB buffer, which fits in L2, 64 times: a sum over a
+stride-0 expansion, so no launch gaps are timed); the copy counts read + write bytes. Each kernel's bytes split into
+
+* DRAM bytes, each input and output once: the CSR stream (E x (4 B int32 column + 4 B fp32
+  value); the SDDMM reads the columns and writes one fp32 gradient per edge), the CBSR matrix
+  (N x k x (value + index bytes)), dense d-wide rows (N x d x 4 B);
+* L2 bytes, the per-edge work that hits the cache: the forward and the SDDMM gather one CBSR
+  row per edge (E x k x (value + index bytes)); the backward gathers the indices (E x k x index
+  bytes) and makes E x k fp32 atomic adds into dX (E x k x 4 B). Top-k has no L2 term.
+
+floor = max(DRAM bytes / DRAM bandwidth, L2 bytes / L2 bandwidth), and "x floor" = time /
+floor (1.0 would be at the hardware limit). The L2 figure is what a streaming read reaches;
+random gathers of short rows reach less, so the L2 floors are optimistic. A second markdown
+table shows each kernel's time, floor and x floor.
+
     python scripts/bench_kernels.py --out bench.json              # Reddit- and products-sized
     python scripts/bench_kernels.py --graphs tiny --reps 3 --device cpu   # smoke test, no GPU
 """
@@ -39,6 +56,9 @@ GRAPHS = {
     "products": (2_449_029, 123_718_280, None),
     "tiny": (1_000, 20_000, None),
 }
+# (key prefix, name in the tables) of the kernels set against their floors, in table order
+FLOOR_KERNELS = (("fwd", "forward"), ("bwd", "backward"), ("topk", "top-k"),
+                 ("sddmm", "sddmm"))
 
 
 def timer(fn, reps, warmup, flush, device):
@@ -65,15 +85,24 @@ def timer(fn, reps, warmup, flush, device):
     return statistics.median(times)
 
 
-def copy_bandwidth(device, reps):
-    n = 1 << 28  # 1 GiB of fp32
-    a = torch.empty(n, device=device).uniform_()
+def copy_bandwidth(device, reps, nbytes=1 << 30):
+    """DRAM: GB/s (read + write) of one device-to-device copy of ``nbytes``."""
+    a = torch.empty(nbytes // 4, device=device).uniform_()
     b = torch.empty_like(a)
     ms = timer(lambda: b.copy_(a), reps, 2, None, device)
-    return 2 * a.numel() * 4 / (ms * 1e-3) / 1e9  # GB/s, read + write
+    return 2 * a.numel() * 4 / (ms * 1e-3) / 1e9
 
 
-def main(argv=None):
+def l2_bandwidth(device, reps, nbytes=8 << 20, passes=64):
+    """L2: GB/s read by one kernel that reads an 8 MiB buffer (it fits in L2) ``passes``
+    times: a sum over a stride-0 expansion, so no launch gaps sit inside the timing."""
+    a = torch.empty(nbytes // 4, device=device).uniform_()
+    rows = a.unsqueeze(0).expand(passes, -1)
+    ms = timer(lambda: rows.sum(0), reps, 2, None, device)
+    return (passes + 1) * nbytes / (ms * 1e-3) / 1e9
+
+
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--graphs", default="reddit,products",
                    help="comma list of reddit, products, tiny, or NODES:EDGES")
@@ -90,121 +119,213 @@ def main(argv=None):
     p.add_argument("--floor", action="store_true",
                    help="also time the forward's gathers alone (no accumulation, no output)")
     p.add_argument("--out", default=None, help="JSON output path")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def build_graph(gname, seed, device):
+    """The graph, its plan, edge values and edge groups, each step timed: (g, plan, ev)."""
+    gpu = device.type == "cuda"
+    n, e, cap = GRAPHS[gname] if gname in GRAPHS else (*map(int, gname.split(":")), None)
+    t0 = time.perf_counter()
+    indptr, indices = power_law_csr(n, e, seed=seed, device=device, max_degree=cap)
+    if gpu:
+        torch.cuda.synchronize()
+    t_gen = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = GraphPlan(indptr, indices, torch.arange(e, device=device), n, n)
+    ev = plan.edge_values("right", None, torch.float32)
+    if gpu:
+        torch.cuda.synchronize()
+    t_plan = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if gpu:  # the CPU reference does not use edge groups
+        groups = plan.edge_groups(launch.group_size())
+        torch.cuda.synchronize()
+    t_groups = time.perf_counter() - t0
+    g = {"name": gname, "nodes": n, "edges": e, "max_in_degree": int(plan.in_degrees.max()),
+         "generate_s": t_gen, "plan_s": t_plan, "edge_groups_s": t_groups,
+         "num_groups": int(groups[0].numel()) if gpu else 0,
+         "group_size": launch.group_size(), "k": {}}
+    print(f"\n{gname}: {n} nodes, {e} edges, max in-degree {g['max_in_degree']}; "
+          f"generate {t_gen:.2f} s, plan {t_plan:.2f} s, edge groups {t_groups:.3f} s "
+          f"({g['num_groups']} groups)", flush=True)
+    return g, plan, ev
+
+
+def time_cusparse(g, plan, ev, x_dense, dy, reps, args, flush, device):
+    """cuSPARSE on dense d-wide features, forward and backward-equivalent (A^T dY), into g."""
+    n = g["nodes"]
+    adj = torch.sparse_csr_tensor(plan.indptr, plan.indices, ev, (n, n))
+    t_indptr, t_indices, perm = plan.transpose()
+    adj_t = torch.sparse_csr_tensor(t_indptr, t_indices, ev[perm], (n, n))
+    g["cusparse_fwd_ms"] = timer(lambda: torch.sparse.mm(adj, x_dense), reps, args.warmup,
+                                 flush, device)
+    g["cusparse_bwd_ms"] = timer(lambda: torch.sparse.mm(adj_t, dy), reps, args.warmup,
+                                 flush, device)
+    print(f"cuSPARSE SpMM d={args.d}: forward {g['cusparse_fwd_ms']:.3f} ms, A^T dY "
+          f"{g['cusparse_bwd_ms']:.3f} ms", flush=True)
+
+
+def time_k(k, g, plan, ev, h, dy, impl, args, flush, device):
+    """One k: our kernels, torch.topk, the speedups and the achieved bandwidths."""
+    d, e, n = args.d, g["edges"], g["nodes"]
+    xv, xi = impl.maxk_cbsr(h, k)
+    r = {}
+    r["topk_ms"] = timer(lambda: impl.maxk_cbsr(h, k), args.reps, args.warmup, flush, device)
+    r["torch_topk_ms"] = timer(lambda: torch.topk(h, k, dim=1), args.reps, args.warmup,
+                               flush, device)
+    r["fwd_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
+                        args.warmup, flush, device)
+    r["bwd_ms"] = timer(lambda: impl.cbsr_sspmm(plan, ev, dy, xi), args.reps, args.warmup,
+                        flush, device)
+    r["sddmm_ms"] = timer(lambda: impl.cbsr_sddmm(plan, dy, xv, xi), args.reps, args.warmup,
+                          flush, device)
+    if device.type == "cuda" and args.floor:  # the same forward without the accumulation
+        with launch.overrides(cbsr_spgemm={"noacc": 1}):
+            r["fwd_gather_only_ms"] = timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d),
+                                            args.reps, args.warmup, flush, device)
+    r["fwd_speedup"] = g["cusparse_fwd_ms"] / r["fwd_ms"]
+    r["bwd_speedup"] = g["cusparse_bwd_ms"] / r["bwd_ms"]
+    r["topk_speedup"] = r["torch_topk_ms"] / r["topk_ms"]
+    # bytes that must move: CSR stream (int32 column + fp32 value), one CBSR row gather per
+    # edge (fp32 value + index per entry), dense rows once; the same sums as earlier JSON files
+    # so that their GB/s stay comparable (the floors below split them more finely).
+    ib = xi.element_size()
+    stream = e * 8
+    r["fwd_GBps"] = (stream + e * k * (4 + ib) + n * d * 4) / r["fwd_ms"] / 1e6
+    r["bwd_GBps"] = (stream + e * k * (4 + ib) + n * d * 4) / r["bwd_ms"] / 1e6
+    r["topk_GBps"] = (n * d * 4 + n * k * (4 + ib)) / r["topk_ms"] / 1e6
+    r["value_bytes"], r["index_bytes"] = xv.element_size(), ib
+    print(f"k={k:3d}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_speedup']:.2f}x), bwd "
+          f"{r['bwd_ms']:.3f} ms ({r['bwd_speedup']:.2f}x), sddmm {r['sddmm_ms']:.3f} "
+          f"ms, top-k {r['topk_ms']:.3f} ms vs torch.topk {r['torch_topk_ms']:.3f} ms "
+          f"({r['topk_speedup']:.2f}x)" + (f"; forward gathers alone "
+                                            f"{r['fwd_gather_only_ms']:.3f} ms"
+                                            if "fwd_gather_only_ms" in r else ""),
+          flush=True)
+    return r
+
+
+def kernel_bytes(n, e, d, k, vb, ib):
+    """{kernel prefix: (DRAM bytes, L2 bytes)}: each input and output once from DRAM; the
+    per-edge gathers (and the backward's atomic adds into dX) through L2."""
+    cbsr = n * k * (vb + ib)
+    dense = n * d * 4
+    return {
+        "fwd": (e * 8 + cbsr + dense, e * k * (vb + ib)),  # CSR, X (CBSR) -> Y
+        # CSR, dY, X's indices -> dX sampled at X (fp32)
+        "bwd": (e * 8 + dense + n * k * (ib + 4), e * k * ib + e * k * 4),
+        "topk": (dense + cbsr, 0),  # H -> CBSR
+        # columns, dY, X (CBSR) -> one fp32 gradient per edge
+        "sddmm": (e * 4 + dense + cbsr + e * 4, e * k * (vb + ib)),
+    }
+
+
+def add_floors(r, n, e, d, k, dram_gbps, l2_gbps):
+    """Each kernel's bytes, floor (ms), the term that bounds it and time / floor, into r."""
+    for name, (dram, l2) in kernel_bytes(n, e, d, k, r["value_bytes"],
+                                         r["index_bytes"]).items():
+        dram_ms, l2_ms = dram / dram_gbps / 1e6, l2 / l2_gbps / 1e6
+        r[f"{name}_dram_bytes"], r[f"{name}_l2_bytes"] = dram, l2
+        r[f"{name}_floor_ms"] = max(dram_ms, l2_ms)
+        r[f"{name}_floor_bound"] = "DRAM" if dram_ms >= l2_ms else "L2"
+        r[f"{name}_of_floor"] = r[f"{name}_ms"] / r[f"{name}_floor_ms"]
+
+
+def bench_graph(gname, impl, ceilings, args, flush, device):
+    """One graph: build it, time cuSPARSE, then every k (and --tune); the graph's dict."""
+    g, plan, ev = build_graph(gname, args.seed, device)
+    n, d = g["nodes"], args.d
+    x_dense = torch.randn(n, d, device=device)
+    dy = torch.randn(n, d, device=device)
+    time_cusparse(g, plan, ev, x_dense, dy, 2 if args.tune_only else args.reps, args, flush,
+                  device)
+    h = torch.randn(n, d, device=device)
+    for k in ([] if args.tune_only else [int(k) for k in args.ks.split(",")]):
+        r = time_k(k, g, plan, ev, h, dy, impl, args, flush, device)
+        add_floors(r, n, g["edges"], d, k, *ceilings)
+        g["k"][k] = r
+    if args.tune and device.type == "cuda" and gname == args.graphs.split(",")[0]:
+        g["tune"] = tune(plan, ev, h, dy, d, args, flush, device)
+    return g
+
+
+def print_speedup_table(result):
+    print(f"\n{result['device']}, d = {result['d']}, copy bandwidth {result['copy_GBps']:.0f} "
+          "GB/s; times in ms (median), speedup = baseline / ours\n")
+    print("| graph | k | forward | cuSPARSE | speedup | backward | cuSPARSE A^T | speedup "
+          "| top-k | torch.topk | speedup | fwd GB/s | bwd GB/s | sddmm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for g in result["graphs"]:
+        for k, r in g["k"].items():
+            print(f"| {g['name']} | {k} | {r['fwd_ms']:.3f} | {g['cusparse_fwd_ms']:.2f} | "
+                  f"{r['fwd_speedup']:.1f}x | {r['bwd_ms']:.3f} | {g['cusparse_bwd_ms']:.2f} | "
+                  f"{r['bwd_speedup']:.1f}x | {r['topk_ms']:.3f} | {r['torch_topk_ms']:.3f} | "
+                  f"{r['topk_speedup']:.1f}x | {r['fwd_GBps']:.0f} | {r['bwd_GBps']:.0f} | "
+                  f"{r['sddmm_ms']:.3f} |")
+
+
+def floor_bounds(result):
+    """Which term bounds each kernel's floor: 'forward L2', or, where the rows differ,
+    'forward L2 (DRAM at reddit k=8)'."""
+    rows = [(g["name"], k, r) for g in result["graphs"] for k, r in g["k"].items()]
+    parts = []
+    for name, label in FLOOR_KERNELS:
+        bounds = [r[f"{name}_floor_bound"] for _, _, r in rows]
+        if not bounds:
+            continue
+        most, other = sorted(("DRAM", "L2"), key=bounds.count, reverse=True)
+        odd = [f"{gname} k={k}" for gname, k, r in rows if r[f"{name}_floor_bound"] != most]
+        parts.append(f"{label} {most}" + (f" ({other} at {', '.join(odd)})" if odd else ""))
+    return "; ".join(parts) if parts else "none timed"
+
+
+def print_floor_table(result):
+    print(f"\nfloors: DRAM copy {result['copy_GBps']:.0f} GB/s, L2 read "
+          f"{result["l2_copy_GBps"]:.0f} GB/s; floor = max(DRAM bytes / DRAM, "
+          f"L2 bytes / L2), bound by: {floor_bounds(result)}; x floor = time / floor\n")
+    print("| graph | k | forward ms | floor ms | x floor | backward ms | floor | x floor "
+          "| top-k ms | floor | x floor | sddmm ms | floor | x floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for g in result["graphs"]:
+        for k, r in g["k"].items():
+            cells = " | ".join(f"{r[f'{name}_ms']:.3f} | {r[f'{name}_floor_ms']:.3f} | "
+                               f"{r[f'{name}_of_floor']:.1f}x" for name, _ in FLOOR_KERNELS)
+            print(f"| {g['name']} | {k} | {cells} |")
+
+
+def write_json(result, path):
+    Path(path).write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {path}")
+
+
+def main(argv=None):
+    args = parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
     if gpu and not cuda.available():
         raise SystemExit("no CUDA GPU with CuPy: run with --device cpu for a smoke test")
     impl = cuda if gpu else reference
-    ks = [int(k) for k in args.ks.split(",")]
-    d = args.d
     flush = torch.empty(64 << 20, device=device) if gpu else None  # 256 MiB > L2
     result = {"device": torch.cuda.get_device_name(device) if gpu else "cpu",
-              "torch": torch.__version__, "d": d, "reps": args.reps, "graphs": []}
-    bw = copy_bandwidth(device, max(3, args.reps // 2))
-    result["copy_GBps"] = bw
-    print(f"device: {result['device']}; device-to-device copy {bw:.0f} GB/s", flush=True)
-    rows = []
+              "torch": torch.__version__, "d": args.d, "reps": args.reps, "graphs": []}
+    reps = max(3, args.reps // 2)
+    result["copy_GBps"] = copy_bandwidth(device, reps)
+    result["l2_copy_GBps"] = l2_bandwidth(device, reps)
+    print(f"device: {result['device']}; device-to-device copy {result['copy_GBps']:.0f} GB/s",
+          flush=True)
+    print(f"L2 read (8 MiB read 64 times by one kernel): {result['l2_copy_GBps']:.0f} GB/s",
+          flush=True)
     for gname in args.graphs.split(","):
-        n, e, cap = GRAPHS[gname] if gname in GRAPHS else (*map(int, gname.split(":")), None)
-        t0 = time.perf_counter()
-        indptr, indices = power_law_csr(n, e, seed=args.seed, device=device, max_degree=cap)
-        if gpu:
-            torch.cuda.synchronize()
-        t_gen = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        plan = GraphPlan(indptr, indices, torch.arange(e, device=device), n, n)
-        ev = plan.edge_values("right", None, torch.float32)
-        if gpu:
-            torch.cuda.synchronize()
-        t_plan = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        if gpu:
-            groups = plan.edge_groups(launch.group_size())
-            torch.cuda.synchronize()
-        t_groups = time.perf_counter() - t0
-        deg = plan.in_degrees
-        g = {"name": gname, "nodes": n, "edges": e, "max_in_degree": int(deg.max()),
-             "generate_s": t_gen, "plan_s": t_plan, "edge_groups_s": t_groups,
-             "num_groups": int(groups[0].numel()) if gpu else 0,
-             "group_size": launch.group_size(), "k": {}}
-        print(f"\n{gname}: {n} nodes, {e} edges, max in-degree {g['max_in_degree']}; "
-              f"generate {t_gen:.2f} s, plan {t_plan:.2f} s, edge groups {t_groups:.3f} s "
-              f"({g['num_groups']} groups)", flush=True)
-
-        # cuSPARSE on dense d-wide features, forward and backward-equivalent (A^T dY).
-        x_dense = torch.randn(n, d, device=device)
-        dy = torch.randn(n, d, device=device)
-        adj = torch.sparse_csr_tensor(indptr, indices, ev, (n, n))
-        t_indptr, t_indices, perm = plan.transpose()
-        adj_t = torch.sparse_csr_tensor(t_indptr, t_indices, ev[perm], (n, n))
-        reps = 2 if args.tune_only else args.reps
-        g["cusparse_fwd_ms"] = timer(lambda: torch.sparse.mm(adj, x_dense), reps,
-                                     args.warmup, flush, device)
-        g["cusparse_bwd_ms"] = timer(lambda: torch.sparse.mm(adj_t, dy), reps,
-                                     args.warmup, flush, device)
-        del adj_t
-        print(f"cuSPARSE SpMM d={d}: forward {g['cusparse_fwd_ms']:.3f} ms, A^T dY "
-              f"{g['cusparse_bwd_ms']:.3f} ms", flush=True)
-        h = torch.randn(n, d, device=device)
-        for k in ([] if args.tune_only else ks):
-            xv, xi = impl.maxk_cbsr(h, k)
-            r = {}
-            r["topk_ms"] = timer(lambda: impl.maxk_cbsr(h, k), args.reps, args.warmup, flush,
-                                 device)
-            r["torch_topk_ms"] = timer(lambda: torch.topk(h, k, dim=1), args.reps,
-                                       args.warmup, flush, device)
-            r["fwd_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
-                                args.warmup, flush, device)
-            r["bwd_ms"] = timer(lambda: impl.cbsr_sspmm(plan, ev, dy, xi), args.reps,
-                                args.warmup, flush, device)
-            r["sddmm_ms"] = timer(lambda: impl.cbsr_sddmm(plan, dy, xv, xi), args.reps,
-                                  args.warmup, flush, device)
-            if gpu and args.floor:  # the same forward without the accumulation (a floor)
-                with launch.overrides(cbsr_spgemm={"noacc": 1}):
-                    r["fwd_gather_only_ms"] = timer(
-                        lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args.reps, args.warmup,
-                        flush, device)
-            r["fwd_speedup"] = g["cusparse_fwd_ms"] / r["fwd_ms"]
-            r["bwd_speedup"] = g["cusparse_bwd_ms"] / r["bwd_ms"]
-            r["topk_speedup"] = r["torch_topk_ms"] / r["topk_ms"]
-            # bytes that must move: CSR stream (int32 column + fp32 value), one CBSR row
-            # gather per edge (fp32 value + uint8 index per entry), dense rows once.
-            ib = xi.element_size()
-            stream = e * 8
-            r["fwd_GBps"] = (stream + e * k * (4 + ib) + n * d * 4) / r["fwd_ms"] / 1e6
-            r["bwd_GBps"] = (stream + e * k * (4 + ib) + n * d * 4) / r["bwd_ms"] / 1e6
-            r["topk_GBps"] = (n * d * 4 + n * k * (4 + ib)) / r["topk_ms"] / 1e6
-            g["k"][k] = r
-            rows.append((gname, k, r, g))
-            print(f"k={k:3d}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_speedup']:.2f}x), bwd "
-                  f"{r['bwd_ms']:.3f} ms ({r['bwd_speedup']:.2f}x), sddmm {r['sddmm_ms']:.3f} "
-                  f"ms, top-k {r['topk_ms']:.3f} ms vs torch.topk {r['torch_topk_ms']:.3f} ms "
-                  f"({r['topk_speedup']:.2f}x)" + (f"; forward gathers alone "
-                                                    f"{r['fwd_gather_only_ms']:.3f} ms"
-                                                    if "fwd_gather_only_ms" in r else ""),
-                  flush=True)
-        if args.tune and gpu and gname == args.graphs.split(",")[0]:
-            g["tune"] = tune(plan, ev, h, dy, d, args, flush, device)
-        result["graphs"].append(g)
-        del plan, adj, x_dense, dy, h, indptr, indices, ev, perm, t_indptr, t_indices
-        if gpu:
+        result["graphs"].append(bench_graph(gname, impl, (result["copy_GBps"],
+                                                          result["l2_copy_GBps"]),
+                                            args, flush, device))
+        if gpu:  # the graph's tensors are gone with bench_graph's frame; return their memory
             torch.cuda.empty_cache()
-
-    print(f"\n{result['device']}, d = {d}, copy bandwidth {bw:.0f} GB/s; times in ms "
-          "(median), speedup = baseline / ours\n")
-    print("| graph | k | forward | cuSPARSE | speedup | backward | cuSPARSE A^T | speedup "
-          "| top-k | torch.topk | speedup | fwd GB/s | bwd GB/s | sddmm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for gname, k, r, g in rows:
-        print(f"| {gname} | {k} | {r['fwd_ms']:.3f} | {g['cusparse_fwd_ms']:.2f} | "
-              f"{r['fwd_speedup']:.1f}x | {r['bwd_ms']:.3f} | {g['cusparse_bwd_ms']:.2f} | "
-              f"{r['bwd_speedup']:.1f}x | {r['topk_ms']:.3f} | {r['torch_topk_ms']:.3f} | "
-              f"{r['topk_speedup']:.1f}x | {r['fwd_GBps']:.0f} | {r['bwd_GBps']:.0f} | "
-              f"{r['sddmm_ms']:.3f} |")
+    print_speedup_table(result)
+    print_floor_table(result)
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-        print(f"\nwrote {args.out}")
+        write_json(result, args.out)
     return result
 
 

@@ -282,7 +282,7 @@ def floor_bounds(result):
 
 def print_floor_table(result):
     print(f"\nfloors: DRAM copy {result['copy_GBps']:.0f} GB/s, L2 read "
-          f"{result["l2_copy_GBps"]:.0f} GB/s; floor = max(DRAM bytes / DRAM, "
+          f"{result['l2_copy_GBps']:.0f} GB/s; floor = max(DRAM bytes / DRAM, "
           f"L2 bytes / L2), bound by: {floor_bounds(result)}; x floor = time / floor\n")
     print("| graph | k | forward ms | floor ms | x floor | backward ms | floor | x floor "
           "| top-k ms | floor | x floor | sddmm ms | floor | x floor |")

@@ -20,10 +20,18 @@ looked at when DGL imports one of the two modules (torch is loaded by then).
 import importlib.machinery
 import os
 import sys
+import warnings
 
 # module -> (folder inside DGL's package, library name stem), as DGL's loaders spell them
 _LIBRARIES = {"dgl.graphbolt": ("graphbolt", "graphbolt_pytorch"),
               "dgl.sparse": ("dgl_sparse", "dgl_sparse_pytorch")}
+
+
+#: torchdata's deprecation banner for torchdata.datapipes, which DGL's graphbolt imports: it
+#: says nothing to a DGL user, so it is silenced (only) while graphbolt is imported.
+TORCHDATA_BANNER = dict(
+    category=UserWarning, module=r"torchdata(\.|$)",
+    message=r"\s*#+\s*WARNING!\s*The 'datapipes', 'dataloader2' modules are deprecated")
 
 
 class MissingDGLLibrary(ImportError):
@@ -107,7 +115,9 @@ class _GraphboltWithoutLibrary(_MissingLibraryLoader):
         origin = module.__spec__.origin
         with open(origin, encoding="utf-8") as file:
             lines = [line for line in file if line.strip() != "load_graphbolt()"]
-        exec(compile("".join(lines), origin, "exec"), module.__dict__)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", **TORCHDATA_BANNER)
+            exec(compile("".join(lines), origin, "exec"), module.__dict__)
         ops = sys.modules["torch"].ops
         ops.graphbolt = _GraphboltOps(ops.graphbolt, lambda: self.reason(module.__name__))
 

@@ -23,9 +23,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 
 _DGL_SOURCE = r".*[\\/]dgl[\\/]"
 _IMPORT_NOISE = (
-    # torchdata's deprecation banner for torchdata.datapipes, which DGL imports
-    dict(category=UserWarning, module=r"torchdata(\.|$)",
-         message=r"\s*#+\s*WARNING!\s*The 'datapipes', 'dataloader2' modules are deprecated"),
+    _dgl_maxk_hook.TORCHDATA_BANNER,
     # invalid escapes in DGL's sources, reported when they are compiled (no .pyc yet)
     dict(category=SyntaxWarning, module=_DGL_SOURCE, message="invalid escape sequence"),
     dict(category=DeprecationWarning, module=_DGL_SOURCE, message="invalid escape sequence"),

@@ -181,6 +181,7 @@ def test_import_dgl_first_in_this_interpreter(tmp_path):
     proc = python(["-c", ORDER_PROBE.format(first="import dgl")], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["(30,", "4)"]
+    assert "Warning" not in proc.stderr, proc.stderr[-3000:]  # torchdata's banner too
 
 
 def test_hook_file_imports_nothing_heavy(tmp_path):

@@ -2,29 +2,13 @@
 summary lines."""
 from __future__ import annotations
 
-import importlib.metadata
-import os
-import platform
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
-import torch
-
+from .. import envinfo
 from .metrics import stats
 from .precision import MATMUL_PRECISION
-
-
-def _version(name: str) -> str | None:
-    module = sys.modules.get(name)  # the copy in use, not another one installed
-    if module is not None and hasattr(module, "__version__"):
-        return str(module.__version__)
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _git_commit() -> str | None:
@@ -37,18 +21,11 @@ def _git_commit() -> str | None:
 
 
 def environment(device, precision: str) -> dict:
-    """Versions, machine facts and the precision policy, for the results file."""
-    env = {"python": sys.version.split()[0], "platform": platform.platform(),
-           "host": socket.gethostname(), "torch": torch.__version__,
-           "dgl": _version("dgl"), "ogb": _version("ogb"), "numpy": np.__version__,
-           "dgl_maxk": _version("dgl_maxk"), "device": str(device),
-           "torch_threads": torch.get_num_threads(),
-           "backend": os.environ.get("DGL_MAXK_BACKEND", "auto"),
-           "precision": precision, "float32_matmul_precision": MATMUL_PRECISION[precision]}
-    if torch.device(device).type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
-        env["cuda"] = torch.version.cuda
-    env["git_commit"] = _git_commit()
+    """:func:`dgl_maxk.envinfo.collect` for the run's device, plus what a results file also
+    needs: the host, the git commit and the precision policy of the run."""
+    env = envinfo.collect(device)
+    env.update(device=str(device), host=socket.gethostname(), git_commit=_git_commit(),
+               precision=precision, float32_matmul_precision=MATMUL_PRECISION[precision])
     return env
 
 

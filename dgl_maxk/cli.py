@@ -156,7 +156,7 @@ def main(argv=None) -> int:
         print(f"stopped by {err.signal_name}; {_resume_hint(err.run_dir)}", file=sys.stderr)
         return EXIT_STOPPED
     except KeyboardInterrupt:
-        print("interrupted before the run saved anything; nothing to resume",
+        print("interrupted before training started; nothing to resume (run the command again)",
               file=sys.stderr)
         return EXIT_SIGINT
 

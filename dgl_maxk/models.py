@@ -108,8 +108,9 @@ class MaxKGCN(_LinearActDropConv):
 
     @staticmethod
     def make_conv(width):
+        # k=None: the model applies MaxK (or ReLU) itself, also under dgl_maxk.install
         return GraphConv(width, width, norm="both", weight=False, bias=True,
-                         allow_zero_in_degree=True)
+                         allow_zero_in_degree=True, k=None)
 
 
 class MaxKGIN(_LinearActDropConv):
@@ -117,7 +118,7 @@ class MaxKGIN(_LinearActDropConv):
 
     @staticmethod
     def make_conv(width):
-        return GINConv(None, "sum", learn_eps=True)
+        return GINConv(None, "sum", learn_eps=True, k=None)
 
 
 MODELS = {"sage": MaxKSAGE, "gcn": MaxKGCN, "gin": MaxKGIN}

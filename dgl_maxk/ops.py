@@ -127,6 +127,9 @@ def check_edge_weight(edge_weight, num_edges: int, device):
 
 def _plan_and_edges(graph, x, num_src, norm, edge_weight):
     plan = graph if isinstance(graph, GraphPlan) else graph_plan(graph, x.device)
+    if plan.device != x.device:
+        raise DGLError(f"the graph plan is on {plan.device} but the features are on "
+                       f"{x.device}; build it with dgl_maxk.graph_plan(graph, device)")
     if num_src != plan.num_src:
         raise ValueError(f"features have {num_src} rows but the graph has {plan.num_src} "
                          "source nodes")
@@ -173,6 +176,8 @@ def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
     Y has the dtype of ``x``. ``check_nan`` as in :func:`cbsr_spgemm`.
     """
     check_features("features", x, nan=check_nan)
+    if x.dim() == 0:
+        raise ValueError("features must have one row per source node, got a 0-d tensor")
     plan, edge_values = _plan_and_edges(graph, x, x.shape[0], norm, edge_weight)
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))  # also for 0 rows
     out = _SpMM.apply(plan, edge_values, flat)

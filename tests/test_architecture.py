@@ -74,6 +74,28 @@ def test_no_import_cycle():
             visit(name, [])
 
 
+#: The layers from the bottom up (ARCHITECTURE.md): a module may import its own layer and the
+#: layers below it, never one above.
+LAYERS = [("dgl_maxk._dgl",), ("dgl_maxk.envinfo", "dgl_maxk.sparse"), ("dgl_maxk.backends",),
+          ("dgl_maxk.ops",), ("dgl_maxk.patch",), ("dgl_maxk.nn",), ("dgl_maxk.models",),
+          ("dgl_maxk.data",), ("dgl_maxk.training",), ("dgl_maxk.cli", "dgl_maxk.__main__")]
+
+
+def layer_of(name: str) -> int:
+    for rank, prefixes in enumerate(LAYERS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return rank
+    raise AssertionError(f"{name} is in no layer of LAYERS: add it there and to ARCHITECTURE.md")
+
+
+def test_each_layer_imports_only_downwards():
+    upward = [f"{name} (layer {layer_of(name)}) imports {dep} (layer {layer_of(dep)})"
+              for name in MODULES if name != "dgl_maxk"
+              for dep in top_level_imports(name)
+              if dep in MODULES and dep != "dgl_maxk" and layer_of(dep) > layer_of(name)]
+    assert not upward, "\n".join(upward)
+
+
 def test_imports_inside_functions_are_optional_dependencies_only():
     offenders = []
     for name, path in MODULES.items():

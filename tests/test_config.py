@@ -274,3 +274,15 @@ def test_paper_configs_have_paper_hyperparameters():
         assert t["weight_decay"] == 0 and cfg["dataset"]["self_loops"], name
         if k is not None:
             assert m["k"] == k and m["nonlinearity"] == "maxk", name
+
+
+@pytest.mark.parametrize("name", ["a/../../b", "../up", "", "with space"])
+def test_run_name_is_one_path_component(name):
+    with pytest.raises(C.ConfigError, match="config key 'name' must be letters"):
+        small_config(name=name)
+
+
+def test_hidden_width_is_bounded_by_cbsr():
+    with pytest.raises(C.ConfigError, match=r"'model.hidden' must be > 0 and <= 32768"):
+        small_config(**{"model.hidden": 40000})
+

@@ -1,4 +1,4 @@
-"""GPU tests of the CUDA kernels (dgl_maxk.cuda) against the pure-torch reference in float64.
+"""GPU tests of the CUDA kernels (dgl_maxk.backends.cuda) against the pure-torch reference in float64.
 
 Skipped without a CUDA GPU with CuPy. Every test draws a fresh seed (printed in failure
 messages: re-run with DGL_MAXK_TEST_SEED=<seed> to reproduce). Outputs are checked for
@@ -242,7 +242,7 @@ def test_determinism():
     xv, xi = random_cbsr(500, 32, 256)
     ev = torch.rand(plan.num_edges, device=DEV)
     gy = torch.randn(500, 256, device=DEV)
-    # rows of at most GROUP_SIZE entries: the forward promises bit-identical repeats
+    # rows of at most group_size entries: the forward promises bit-identical repeats
     y1 = cuda.cbsr_spgemm(plan, ev, xv, xi, 256)
     y2 = cuda.cbsr_spgemm(plan, ev, xv, xi, 256)
     assert torch.equal(y1, y2), seed

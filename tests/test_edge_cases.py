@@ -130,18 +130,22 @@ def test_dense_aggregation_returns_the_dtype_it_was_given(dtype):
 
 @pytest.mark.parametrize("name", LAYER_NAMES)
 def test_half_features_into_fp32_layer_behave_as_in_dgl(name):
-    """Half-precision features into an fp32 layer (no autocast): ours and DGL's either both
-    fail or both return the same dtype."""
+    """Half-precision features into an fp32 layer, outside autocast, as DGL's layers do:
+    SAGEConv and GraphConv stop at the dtype mismatch of their linear map (no silent
+    upcast); GINConv's (1 + eps) x, with eps an fp32 parameter, upcasts to fp32."""
     g = dgl.add_self_loop(dgl.rand_graph(20, 60))
     x = torch.randn(20, 16).to(torch.bfloat16)
 
     def outcome(layer):
         try:
             return layer(g, x).dtype
-        except RuntimeError:
+        except RuntimeError as err:
+            assert "dtype" in str(err) or "type" in str(err), err
             return RuntimeError
 
-    assert outcome(make_layer(name, 16, 4, None)) == outcome(stock_layer(name, 16, 4))
+    expected = {"SAGEConv": RuntimeError, "GraphConv": RuntimeError, "GINConv": torch.float32}
+    assert outcome(make_layer(name, 16, 4, None)) == expected[name]
+    assert outcome(stock_layer(name, 16, 4)) == expected[name]
 
 
 # --------------------------------------------------------------------------- construction
@@ -181,4 +185,21 @@ def test_maxk_keeps_minus_infinity_rows_as_documented():
     h[1] = float("-inf")
     c = maxk(h, 2)
     assert torch.isinf(c.values[1]).all() and (c.values[1] < 0).all()
-    assert "-inf" in maxk.__doc__
+
+
+def test_installed_k_leaves_narrow_gin_inputs_and_model_convs_alone():
+    """Under install(k): a GINConv whose input is at most k wide stays dense (as the other
+    layers do at construction), and the paper's GCN/GIN keep their convolutions dense
+    (the model applies MaxK or ReLU itself)."""
+    from dgl_maxk.models import build_model
+    g = dgl.add_self_loop(dgl.rand_graph(20, 60))
+    x = torch.randn(20, 8)
+    with dgl_maxk.installed(k=32):
+        narrow = dgl.nn.GINConv(torch.nn.Linear(8, 4), "sum")
+        dense_twin = GINConv(torch.nn.Linear(8, 4), "sum", k=None)
+        dense_twin.load_state_dict(narrow.state_dict())
+        torch.testing.assert_close(narrow(g, x), dense_twin(g, x))
+        for name in ("gcn", "gin"):
+            model = build_model(name, 8, 16, 3, 2, k=4, nonlinearity="relu")
+            assert all(conv.k is None for conv in model.convs), name
+

@@ -325,3 +325,16 @@ def test_unrelated_devices_on_a_gpu(h):
     conv = SAGEConv(6, 4, "mean").cuda()
     assert conv(g, x.cuda(), edge_weight=w).is_cuda
     assert conv(g, x.cuda(), edge_weight=w.cuda()).is_cuda
+
+
+def test_spmm_of_a_0d_tensor_is_a_clear_error(h):
+    with pytest.raises(ValueError, match="0-d tensor"):
+        spmm(h.make_graph("self_loops", 10), torch.tensor(1.0))
+
+
+def test_plan_on_another_device_than_the_features(h):
+    plan = graph_plan(h.make_graph("self_loops", 10), "cpu")
+    features = torch.empty(10, 4, device="meta")  # any device other than the plan's
+    with pytest.raises(DGLError, match="graph plan is on cpu but the features are on meta"):
+        spmm(plan, features, check_nan=False)
+

@@ -3,6 +3,7 @@ precision, and the hard edges of a run (corrupt files, signals, budgets)."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -408,6 +409,26 @@ def test_refused_resume_leaves_the_log_alone(tmp_path):
     with pytest.raises(T.ConfigError, match="another config"):
         T.run_experiment(device="cpu", resume=run_dir, progress=False, quiet=True)
     assert (run_dir / "log.txt").read_text() == log_before
+
+
+def test_a_second_signal_stops_at_once_naming_the_run_directory(tmp_path, monkeypatch):
+    signals = runner.StopSignals()
+    signals._record(signal.SIGTERM, None)
+    assert signals.signal_name == "SIGTERM"
+    with pytest.raises(runner._StopNow):  # the second one does not wait for the epoch end
+        signals._record(signal.SIGINT, None)
+
+    def stopped_at_once(*args, **kwargs):
+        raise runner._StopNow("SIGINT")
+    monkeypatch.setattr(runner, "_train_variants", stopped_at_once)
+    with pytest.raises(T.RunInterrupted, match="second SIGINT") as info:
+        T.run_experiment(small_config(), device="cpu", out=tmp_path, progress=False)
+    assert info.value.run_dir.parent == tmp_path and info.value.run_dir.is_dir()
+
+
+def test_resume_takes_no_seeds(tmp_path):
+    with pytest.raises(T.ConfigError, match="do not pass seeds"):
+        T.run_experiment(resume=tmp_path, seeds=[0, 1], device="cpu")
 
 
 def test_signal_handlers_are_restored(tmp_path):

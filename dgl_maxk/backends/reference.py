@@ -1,7 +1,7 @@
 """Pure-torch implementations of the CBSR kernels.
 
 They run on any device and are the reference the CUDA kernels (``kernels/<name>.cu``,
-launched by the function of the same name in :mod:`dgl_maxk.cuda`) are tested against.
+launched by the function of the same name in :mod:`dgl_maxk.backends.cuda`) are tested against.
 Written for exactness first: no loops over nodes or edges, no dense N x N matrices; per-edge
 intermediates are processed in chunks of bounded size.
 
@@ -109,12 +109,18 @@ def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
     return spmm_transposed(plan, edge_values, grad_y).gather(1, x_indices.long())
 
 
+def _accumulating(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in the dtype sums are taken in: fp32 for half precision, as the kernels do."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def cbsr_sddmm(plan, grad_y, x_values, x_indices):
     """dA[e] = sum_j dY[r_e, x_indices[c_e, j]] * x_values[c_e, j] for each CSR entry e = (r_e, c_e).
 
     The gradient of ``cbsr_spgemm`` with respect to ``edge_values``.
     """
     k, d = x_values.shape[1], grad_y.shape[1]
+    grad_y = _accumulating(grad_y)
     flat = grad_y.reshape(-1)
     out = grad_y.new_empty(plan.num_edges)
     step = max(1, _CHUNK_ELEMENTS // k)
@@ -128,6 +134,7 @@ def cbsr_sddmm(plan, grad_y, x_values, x_indices):
 
 def sddmm(plan, grad_y, x):
     """dA[e] = dY[r_e] . X[c_e]: the gradient of ``spmm`` with respect to ``edge_values``."""
+    grad_y = _accumulating(grad_y)
     out = grad_y.new_empty(plan.num_edges)
     step = max(1, _CHUNK_ELEMENTS // max(1, x.shape[1]))
     for start in range(0, plan.num_edges, step):

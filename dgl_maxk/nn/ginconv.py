@@ -8,6 +8,11 @@ from ..ops import aggregate
 from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
 
 
+def _width(feat) -> int:
+    x = feat[0] if isinstance(feat, tuple) else feat
+    return x.shape[-1]
+
+
 class GINConv(dgl.nn.GINConv):
     r"""Graph isomorphism network layer (Xu et al., 2019), a drop-in replacement for
     ``dgl.nn.GINConv`` whose aggregation runs on MaxK-sparse (CBSR) features.
@@ -52,6 +57,9 @@ class GINConv(dgl.nn.GINConv):
                                  "weighted sum of neighbour rows); use 'sum' or 'mean', or "
                                  "k=None")
             k = None  # an installed default k leaves this aggregator dense
+        # GIN learns its input width only at forward: an installed k that would keep every
+        # entry of the input leaves the layer dense there (as the other layers do at build)
+        self._k_installed = k is INSTALLED_K
         self.k = resolve_k("GINConv", k)
         self._init_eps = float(init_eps)
 
@@ -72,7 +80,10 @@ class GINConv(dgl.nn.GINConv):
         if self._aggregator_type == "max":
             feat = check_dgl_path(graph, feat, edge_weight)
             return super().forward(graph, feat, edge_weight)
-        src, dst, plan = split_features(graph, feat, self.k)
+        k = self.k
+        if self._k_installed and k is not None and k >= _width(feat):
+            k = None
+        src, dst, plan = split_features(graph, feat, k)
         norm = "right" if self._aggregator_type == "mean" else "none"
         neigh = aggregate(plan, src, edge_weight, norm, check_nan=False)
         rst = (1 + self.eps) * dense(dst) + neigh

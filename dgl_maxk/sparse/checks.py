@@ -70,7 +70,8 @@ def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
 def _raise_first_nan(pending: list):
     if not pending:
         return
-    flags = torch.stack([torch.stack([count, first.to(count.dtype)])
+    device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features
+    flags = torch.stack([torch.stack([count.to(device), first.to(device, count.dtype)])
                          for _, _, count, first in pending]).cpu()  # the one sync
     for (name, shape, _, _), (count, first) in zip(pending, flags.tolist()):
         if count:

@@ -87,7 +87,7 @@ class DatasetConfig(_Section):
 
 class ModelConfig(_Section):
     name: Literal[tuple(sorted(MODELS))]
-    hidden: int = Field(256, gt=0)
+    hidden: int = Field(256, gt=0, le=32768)  # CBSR indexes at most 32768 columns
     layers: int = Field(2, gt=0)
     dropout: float = Field(0.5, ge=0, lt=1)
     input_dropout: float = Field(0.0, ge=0, lt=1,
@@ -130,7 +130,10 @@ class SamplingConfig(_Section):
 
 
 class ExperimentConfig(_Section):
-    name: Optional[str] = Field(None, description="run name (default: the config file's stem)")
+    # the run directory is <out>/<name>-<time>: a name stays one path component
+    name: str = Field("run", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="run name: letters, digits, '.', '-', '_' (default: the "
+                                  "config file's stem)")
     description: Optional[str] = None
     mode: Literal["full", "minibatch"] = "full"
     dataset: DatasetConfig
@@ -237,6 +240,9 @@ def _config_error(err: ValidationError, cfg: dict) -> ConfigError:
         return ConfigError(f"config key '{key}' {_bounds_text(field)}, got {value!r}")
     if kind == "finite_number":
         return ConfigError(f"config key '{key}' must be finite, got {value!r}")
+    if kind == "string_pattern_mismatch":
+        return ConfigError(f"config key '{key}' must be letters, digits, '.', '-' or '_' "
+                           f"(one path component), got {value!r}")
     expected = _type_name(field.annotation) if field is not None else "a mapping"
     return ConfigError(f"config key '{key}' must be {expected}, got {value!r} "
                        f"({type(value).__name__})")

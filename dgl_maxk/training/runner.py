@@ -41,11 +41,16 @@ __all__ = ["run_experiment", "run_seed", "Budget", "StopSignals"]
 LOG = logging.getLogger(__name__)
 
 
+class _StopNow(Exception):
+    """A second SIGINT/SIGTERM: stop at once (the run keeps its last saved checkpoints)."""
+
+
 class StopSignals:
     """Within the block, SIGINT and SIGTERM are recorded (``signal_name``) for the training
     loop to stop at the end of its epoch, after saving a checkpoint; a second signal stops at
-    once (KeyboardInterrupt). The previous handlers come back when the block ends. Handlers
-    can only be installed from the main thread; elsewhere signals keep their course."""
+    once (:class:`_StopNow`, which the runner turns into RunInterrupted). The previous
+    handlers come back when the block ends. Handlers can only be installed from the main
+    thread; elsewhere signals keep their course."""
 
     def __init__(self):
         self.signal_name = None
@@ -53,7 +58,7 @@ class StopSignals:
 
     def _record(self, signum, frame):
         if self.signal_name is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
+            raise _StopNow(signal.Signals(signum).name)
         self.signal_name = signal.Signals(signum).name
         LOG.warning(f"{self.signal_name}: stopping at the end of this epoch, after saving a "
                     "checkpoint (send it again to stop at once)")
@@ -85,10 +90,14 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
 
     Raises ConfigError (bad config, run directory or config.yaml), CheckpointError (an
     unreadable checkpoint), DatasetError, and RunInterrupted after SIGINT/SIGTERM (once the
-    checkpoints are saved). Nothing is written to a run directory before every check passed.
+    checkpoints are saved; after a second signal at once, keeping those saved before).
+    Nothing is written to a run directory before every check passed.
     """
     budget = _budget(stop_after_epochs, time_limit)
     rank, world, dev = init_distributed(resolve_device(device))
+    if resume is not None and seeds is not None:
+        raise ConfigError("a resumed run keeps the seeds of its config.yaml; do not pass "
+                          "seeds with resume")
     cfg = _resumed_config(resume) if resume is not None else _fresh_config(cfg, seeds)
     variants = expand_variants(cfg)
     cache, loaded = _load_datasets(variants, dataset_cache)
@@ -100,9 +109,13 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
     with _run_log(run_dir, quiet, rank) as stdout, StopSignals() as signals:
         _log_header(run_dir, dev, world, cfg, variants, loaded)
         started = time.perf_counter()
-        per_variant, complete = _train_variants(variants, cache, run_dir, dev, budget,
-                                                signals, progress and rank == 0,
-                                                restart_corrupt)
+        try:
+            per_variant, complete = _train_variants(variants, cache, run_dir, dev, budget,
+                                                    signals, progress and rank == 0,
+                                                    restart_corrupt)
+        except _StopNow as second:
+            raise RunInterrupted(run_dir, f"a second {second} (at once: the checkpoints "
+                                          "saved before it are kept)") from None
         results = {"name": cfg["name"], "config": cfg, "precision": cfg["train"]["precision"],
                    "environment": environment(dev, cfg["train"]["precision"]),
                    "run_dir": str(run_dir), "variants": per_variant, "complete": complete,

@@ -5,6 +5,8 @@ the input features of its source nodes, and the labels of the rows the loss is t
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.nn import functional as F
 
@@ -24,8 +26,10 @@ def drop_input(x, p):
     if not p:
         return x
     if x.is_sparse:
-        return torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape,
-                                       is_coalesced=True, check_invariants=False)
+        with warnings.catch_warnings():  # torch 2.11 warns even when told not to check
+            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly")
+            return torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape,
+                                           is_coalesced=True, check_invariants=False)
     return F.dropout(x, p)
 
 

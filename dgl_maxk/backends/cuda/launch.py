@@ -25,6 +25,10 @@ DEFAULTS = {
     "cbsr_sddmm": {"persist": 1, "minb": 5},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Every option a kernel's configuration reads (the defaults and the variants of --tune).
+_OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc"},
+            "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "passes"},
+            "cbsr_sddmm": {"persist", "minb", "u"}}
 
 _OVERRIDES = contextvars.ContextVar("dgl_maxk_launch_overrides", default={})
 
@@ -36,9 +40,14 @@ def overrides(group_size: int | None = None, **per_kernel: dict):
     merged = dict(_OVERRIDES.get())
     if group_size is not None:
         merged["group_size"] = int(group_size)
+    kernels = sorted(k for k in DEFAULTS if k != "group_size")
     for name, values in per_kernel.items():
-        if name not in DEFAULTS:
-            raise ValueError(f"no kernel {name!r}; kernels: {sorted(DEFAULTS)[1:]}")
+        if name not in kernels:
+            raise ValueError(f"no kernel {name!r}; kernels: {kernels}")
+        unknown = set(values) - _OPTIONS[name]
+        if unknown:
+            raise ValueError(f"no launch option {sorted(unknown)} for {name}; options: "
+                             f"{sorted(_OPTIONS[name])}")
         merged[name] = {**merged.get(name, {}), **values}
     token = _OVERRIDES.set(merged)
     try:

@@ -14,4 +14,5 @@ from . import models, nn  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["CBSR", "GraphPlan", "graph_plan", "deferred_checks", "input_checks", "maxk",
-           "cbsr_spgemm", "spmm", "aggregate", "install", "uninstall", "installed", "is_installed", "nn", "models"]
+           "cbsr_spgemm", "spmm", "aggregate", "install", "uninstall", "installed",
+           "is_installed", "nn", "models"]

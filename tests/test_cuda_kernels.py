@@ -1,4 +1,5 @@
-"""GPU tests of the CUDA kernels (dgl_maxk.backends.cuda) against the pure-torch reference in float64.
+"""GPU tests of the CUDA kernels (dgl_maxk.backends.cuda) against the pure-torch reference in
+float64.
 
 Skipped without a CUDA GPU with CuPy. Every test draws a fresh seed (printed in failure
 messages: re-run with DGL_MAXK_TEST_SEED=<seed> to reproduce). Outputs are checked for

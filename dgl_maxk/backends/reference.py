@@ -115,7 +115,7 @@ def _accumulating(t: torch.Tensor) -> torch.Tensor:
 
 
 def cbsr_sddmm(plan, grad_y, x_values, x_indices):
-    """dA[e] = sum_j dY[r_e, x_indices[c_e, j]] * x_values[c_e, j] for each CSR entry e = (r_e, c_e).
+    """dA[e] = sum_j dY[r_e, x_indices[c_e, j]] * x_values[c_e, j], each CSR entry e = (r_e, c_e).
 
     The gradient of ``cbsr_spgemm`` with respect to ``edge_values``.
     """

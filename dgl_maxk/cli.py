@@ -29,7 +29,7 @@ from . import envinfo
 from .data import DatasetError, data_root, dataset_names, layout
 from .training import (CheckpointError, ConfigError, RunInterrupted, load_config,
                        run_experiment)
-from .training.config import TrainConfig
+from .training.config import TrainConfig, parse_seeds
 
 EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED = 0, 2, 3, 4
 #: exit status when SIGINT arrives before a run could save anything to resume
@@ -63,21 +63,12 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _seeds(text: str):
-    text = text.strip()
+def seeds_argument(text: str):
+    """``--seeds``: :func:`~dgl_maxk.training.config.parse_seeds` for argparse."""
     try:
-        if "," in text or text.startswith("["):
-            seeds = [int(s) for s in text.strip("[]").split(",") if s.strip()]
-        else:
-            seeds = int(text)
-    except ValueError:
-        seeds = None
-    if seeds == 0:
-        raise argparse.ArgumentTypeError("0 would mean 0 seeds; for seed 0 write --seeds 0,")
-    if seeds is None or seeds == [] or isinstance(seeds, int) and seeds < 0:
-        raise argparse.ArgumentTypeError(
-            f"must be a count (3) or a comma-separated list (0,1,2), got {text!r}")
-    return seeds
+        return parse_seeds(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _device(text: str) -> str:
@@ -109,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "train.lr=0.003 (short names work when unambiguous)")
     train.add_argument("--device", type=_device, default="auto",
                        help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
-    train.add_argument("--seeds", type=_seeds, default=None,
+    train.add_argument("--seeds", type=seeds_argument, default=None,
                        help="seeds: a count N (0..N-1) or a list 0,1,2 (replaces train.seeds; "
                             "seed 0 alone: 0,)")
     train.add_argument("--out", default="runs",

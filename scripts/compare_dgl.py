@@ -43,6 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dgl_maxk  # noqa: E402
+from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
@@ -311,12 +312,12 @@ def run(args):
                   "cusparse-relu" if device.type == "cuda" else "csr-relu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    env = {"torch": torch.__version__, "dgl": dgl.__version__, "python": platform.python_version(),
-           "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-           "dgl_maxk_backend": backend, "stock_dgl_device": str(dgl_device),
-           "precision": args.precision,
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else platform.processor() or "cpu")
+    env = {**envinfo.collect(device), "device_name": name, "dgl_maxk_backend": backend,
+           "stock_dgl_device": str(dgl_device), "precision": args.precision,
            "float32_matmul_precision": torch.get_float32_matmul_precision()}
-    print(f"device {env['device']}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
+    print(f"device {name}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
           + ("" if dgl_device == device else " (this DGL has no CUDA)")
           + f"; precision {args.precision} for every arm")
     results = []

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from dgl_maxk import training as T  # noqa: E402
+from dgl_maxk.cli import seeds_argument  # noqa: E402
 from dgl_maxk.training.checkpoint import write_json  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
@@ -37,7 +38,8 @@ def parse_args(argv=None):
     p.add_argument("--k", nargs="+", type=int, default=[8, 16, 32, 64])
     p.add_argument("--hidden", nargs="+", type=int, default=None,
                    help="hidden sizes (default: each config's own)")
-    p.add_argument("--seeds", default="3", help="a count N or a list 0,1,2")
+    p.add_argument("--seeds", type=seeds_argument, default=3,
+                   help="a count N (seeds 0..N-1) or a list 0,1,2")
     p.add_argument("--no-relu", action="store_true", help="skip the ReLU baseline")
     p.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend",
                    help="overrides applied to every config (key=value)")
@@ -49,11 +51,6 @@ def parse_args(argv=None):
                    help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
                         "paper's, default) or bf16 (TF32 plus bfloat16 autocast)")
     return p.parse_args(argv)
-
-
-def seeds_of(text):
-    text = str(text)
-    return [int(s) for s in text.split(",")] if "," in text else int(text)
 
 
 def main(argv=None):
@@ -80,7 +77,7 @@ def main(argv=None):
     started = time.perf_counter()
     for path, hidden, cfg in plans:
         res = T.run_experiment(cfg, device=args.device, out=out / "runs",
-                               seeds=seeds_of(args.seeds), progress=False, quiet=True,
+                               seeds=args.seeds, progress=False, quiet=True,
                                dataset_cache=cache)
         runs.append(res["run_dir"])
         for vname, v in res["variants"].items():

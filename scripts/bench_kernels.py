@@ -45,6 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk.backends import cuda, reference  # noqa: E402
 from dgl_maxk.backends.cuda import launch  # noqa: E402
 from dgl_maxk.data import power_law_csr  # noqa: E402
@@ -332,7 +333,8 @@ def main(argv=None):
     impl = cuda if gpu else reference
     flush = torch.empty(64 << 20, device=device) if gpu else None  # 256 MiB > L2
     result = {"device": torch.cuda.get_device_name(device) if gpu else "cpu",
-              "torch": torch.__version__, "d": args.d, "reps": args.reps, "graphs": []}
+              "torch": torch.__version__, "environment": envinfo.collect(device),
+              "d": args.d, "reps": args.reps, "graphs": []}
     reps = max(3, args.reps // 2)
     result["copy_GBps"] = copy_bandwidth(device, reps)
     result["l2_copy_GBps"] = l2_bandwidth(device, reps)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What the GPU machine runs for dgl_maxk's evidence, in phases that fit one device call each.
-#   [PRECISION=fp32|tf32|bf16] bash scripts/gpu_session.sh tests|compare|minibatch [OUT_DIR]
+#   [PRECISION=fp32|tf32|bf16] bash scripts/gpu_session.sh tests|kernels|compare|minibatch [OUT_DIR]
 # Expects the wheels of ../shared/gpu/wheels.sh in .whl/ (carried to the machine).
 set -uo pipefail
-phase=${1:?phase: tests, compare or minibatch}
+phase=${1:?phase: tests, kernels, compare or minibatch}
 out=${2:-${OUT:-runs/gpu}}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 DGLBACKEND=pytorch NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -17,8 +17,9 @@ case $phase in
   tests)
     # the GPU tests and the core suites (the rest runs in CI); straight to the file, so a
     # timeout still leaves what ran
-    python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py tests/test_ops.py \
-      tests/test_layers.py tests/test_errors.py tests/test_models.py > "$out/tests.txt" 2>&1
+    python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py tests/test_edge_cases.py \
+      tests/test_ops.py tests/test_layers.py tests/test_errors.py tests/test_models.py \
+      > "$out/tests.txt" 2>&1
     tail -n 15 "$out/tests.txt"
     # the same quickstart through the kernels and through the pure-torch path
     for backend in auto torch; do
@@ -28,6 +29,21 @@ case $phase in
         >> "$out/tests.txt" 2>&1
       tail -n 4 "$out/tests.txt"
     done
+    ;;
+  kernels)
+    # each kernel against cuSPARSE and against its floor; then the memory and race checkers
+    python3 scripts/bench_kernels.py --graphs reddit --out "$out/kernels_reddit.json" \
+      > "$out/kernels.log" 2>&1
+    python3 scripts/bench_kernels.py --graphs products --reps 10 \
+      --out "$out/kernels_products.json" >> "$out/kernels.log" 2>&1
+    grep -A6 "^floors" "$out/kernels.log"
+    python3 scripts/sanitize_kernels.py | tail -n 1
+    if command -v compute-sanitizer > /dev/null; then
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+        python3 scripts/sanitize_kernels.py > "$out/memcheck.txt" 2>&1; tail -n 2 "$out/memcheck.txt"
+      compute-sanitizer --tool racecheck python3 scripts/sanitize_kernels.py \
+        > "$out/racecheck.txt" 2>&1; tail -n 2 "$out/racecheck.txt"
+    fi
     ;;
   compare)
     # every arm under the same precision (tf32: the paper's setting and the trainer's default)

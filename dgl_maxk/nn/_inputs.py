@@ -6,7 +6,8 @@ import torch
 from .. import patch
 from .._dgl import DGLError
 from ..ops import check_edge_weight, maxk
-from ..sparse import CBSR, MAX_WIDTH, check_features, check_graph, check_k, graph_plan
+from ..sparse import (CBSR, MAX_WIDTH, SampledBlock, check_features, check_graph, check_k,
+                      graph_plan)
 
 
 class _InstalledK:
@@ -109,6 +110,9 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
 def check_dgl_path(graph, feat, edge_weight, widths=(None, None)):
     """Validate the inputs of an aggregator that runs DGL's own code ('pool', 'lstm', GIN's
     'max') with the errors of the MaxK paths; returns ``feat`` with CBSR matrices dense."""
+    if isinstance(graph, SampledBlock):
+        raise DGLError("this aggregator runs DGL's own code, which needs a DGL block: pass "
+                       "block.to_dgl() for a dgl_maxk SampledBlock")
     src, dst, plan = split_features(graph, feat, None, widths=widths)
     check_edge_weight(edge_weight, plan.num_edges, src.device)
     return (dense(src), dense(dst)) if isinstance(feat, tuple) else dense(src)

@@ -5,7 +5,7 @@ backends of :mod:`dgl_maxk.backends` build on it.
 """
 from .cbsr import CBSR, MAX_WIDTH, index_dtype
 from .checks import check_features, check_k, checks_enabled, deferred_checks, input_checks
-from .plan import NORMS, GraphPlan, check_graph, graph_plan
+from .plan import NORMS, GraphPlan, SampledBlock, check_graph, graph_plan
 
 __all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k", "checks_enabled",
-           "deferred_checks", "input_checks", "NORMS", "GraphPlan", "check_graph", "graph_plan"]
+           "deferred_checks", "input_checks", "NORMS", "GraphPlan", "SampledBlock", "check_graph", "graph_plan"]

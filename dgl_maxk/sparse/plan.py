@@ -10,6 +10,11 @@ and device and caches it on the graph; a structural change of the graph (``add_e
 A graph on the CPU with features on a GPU is the normal case with the DGL wheels of the
 package index (which have no CUDA); a graph on a GPU must have its features on that GPU.
 
+A :class:`SampledBlock` is a block made on the device by :mod:`dgl_maxk.sampling` (the DGL
+wheels of the package index cannot hold a graph on a GPU): its plan is built from the CSR
+the sampler made, with no sort and no host synchronisation, and dgl_maxk's layers take it
+wherever they take a DGL block.
+
 Everything a plan caches is built outside ``torch.inference_mode``: a graph first used for
 inference (a validation pass before training) must still serve training afterwards.
 """
@@ -34,18 +39,26 @@ class GraphPlan:
     num_src, num_dst, num_edges : int
     indptr : Tensor (num_dst + 1,), int64
     indices : Tensor (num_edges,), int64 -- source node of each CSR entry
-    edge_ids : Tensor (num_edges,), int64 -- DGL edge id of each CSR entry
+    edge_ids : Tensor (num_edges,), int64, or None -- DGL edge id of each CSR entry (None:
+        entry i is edge i)
     in_degrees : Tensor (num_dst,), int64 ; out_degrees : Tensor (num_src,), int64
+    max_in_degree : int or None -- a known bound on the in-degrees (e.g. a sampler's fan-out)
+
+    Building a plan from CSR tensors reads nothing back to the host.
     """
 
     @torch.inference_mode(False)
-    def __init__(self, indptr, indices, edge_ids, num_src, num_dst):
+    def __init__(self, indptr, indices, edge_ids, num_src, num_dst, max_in_degree=None):
         self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
         self.num_src, self.num_dst = int(num_src), int(num_dst)
         self.num_edges = indices.numel()
+        self.max_in_degree = max_in_degree
         self.device = indptr.device
         self.in_degrees = indptr[1:] - indptr[:-1]
-        self.out_degrees = torch.bincount(indices, minlength=self.num_src)
+        # scatter_add, not bincount: bincount reads the largest index back to the host
+        self.out_degrees = torch.zeros(self.num_src, dtype=torch.int64,
+                                       device=self.device).scatter_add_(
+            0, indices, torch.ones_like(indices))
         self.dst_of_edge = torch.repeat_interleave(
             torch.arange(self.num_dst, device=self.device), self.in_degrees,
             output_size=self.num_edges)
@@ -105,7 +118,9 @@ class GraphPlan:
                     ones = torch.ones(self.num_edges, dtype=dtype, device=self.device)
                     self._edge_values[key] = self._scaled(ones, norm, dtype)
             return self._edge_values[key]
-        weights = edge_weight.to(self.device).reshape(-1)[self.edge_ids]
+        weights = edge_weight.to(self.device).reshape(-1)
+        if self.edge_ids is not None:
+            weights = weights[self.edge_ids]
         return self._scaled(weights.to(dtype), norm, dtype)
 
     def _scaled(self, values, norm, dtype):
@@ -138,7 +153,8 @@ class GraphPlan:
         CSR entries; ``group_start`` has one more element (num_edges), so group g covers
         ``[group_start[g], group_start[g + 1])``; bit 31 of ``group_row`` marks rows of several
         groups, and ``multi`` says whether any row has several. Built once per group size
-        with vectorised torch on the plan's device (one host sync for the group count).
+        with vectorised torch on the plan's device: one host sync for the group count, none
+        when ``max_in_degree`` says every row is one group (then the groups are the rows).
         """
         if group_size not in self._edge_groups:
             self._edge_groups[group_size] = self._build_edge_groups(int(group_size))
@@ -151,6 +167,9 @@ class GraphPlan:
                 raise ValueError("the CUDA kernels index nodes with int32 (< 2^31 nodes)")
             self._indices_i32 = self.indices.to(torch.int32)
         dev = self.device
+        if self.max_in_degree is not None and self.max_in_degree <= g:
+            rows = torch.arange(self.num_dst, dtype=torch.int32, device=dev)
+            return rows, self.indptr, self._indices_i32, False
         per_row = torch.clamp((self.in_degrees + (g - 1)) // g, min=1)
         total = int(per_row.sum())
         rows = torch.repeat_interleave(torch.arange(self.num_dst, device=dev), per_row,
@@ -165,8 +184,72 @@ class GraphPlan:
         return group_row, start, self._indices_i32, bool((per_row > 1).any())
 
 
+class SampledBlock:
+    """A sampled block on the device, with what dgl_maxk's layers need of a DGL block (stock
+    DGL layers need :meth:`to_dgl`): ``num_dst`` destination nodes, which are also the first
+    ``num_dst`` of its ``num_src`` source nodes (DGL's convention), and its edges as a CSR
+    over destination rows.
+
+    Parameters
+    ----------
+    indptr : Tensor (num_dst + 1,), int64 -- row pointers of the CSR over destination rows
+    indices : Tensor (num_edges,), int64 -- local source node of each edge, in CSR order
+    src_nodes : Tensor (num_src,), int64 -- global id of each source node
+    num_dst : int
+    max_in_degree : int, optional -- a bound on the in-degrees (the fan-out), which lets the
+        CUDA kernels' edge groups be built without reading the degrees back to the host
+    """
+
+    is_block = True
+
+    def __init__(self, indptr, indices, src_nodes, num_dst, max_in_degree=None):
+        self.src_nodes = src_nodes
+        self.plan = GraphPlan(indptr, indices, None, src_nodes.numel(), num_dst,
+                              max_in_degree=max_in_degree)
+
+    @property
+    def device(self):
+        return self.plan.device
+
+    @property
+    def dst_nodes(self):
+        """Global ids of the destination nodes (the first ``num_dst`` source nodes)."""
+        return self.src_nodes[:self.plan.num_dst]
+
+    def num_src_nodes(self) -> int:
+        return self.plan.num_src
+
+    def num_dst_nodes(self) -> int:
+        return self.plan.num_dst
+
+    def num_edges(self) -> int:
+        return self.plan.num_edges
+
+    def in_degrees(self) -> torch.Tensor:
+        return self.plan.in_degrees
+
+    def to_dgl(self):
+        """The same block as a DGL block on the CPU (edge i is CSR entry i), with the global
+        node ids in ``srcdata[dgl.NID]`` and ``dstdata[dgl.NID]``, for stock DGL layers."""
+        plan = self.plan
+        src = plan.indices.cpu()
+        dst = plan.dst_of_edge.cpu()
+        block = dgl.create_block((src, dst), num_src_nodes=plan.num_src,
+                                 num_dst_nodes=plan.num_dst)
+        block.srcdata[dgl.NID] = self.src_nodes.cpu()
+        block.dstdata[dgl.NID] = self.dst_nodes.cpu()
+        return block
+
+    def __repr__(self):
+        return (f"SampledBlock(num_src_nodes={self.num_src_nodes()}, num_dst_nodes="
+                f"{self.num_dst_nodes()}, num_edges={self.num_edges()}, device={self.device})")
+
+
 def check_graph(graph):
-    """Raise a DGLError unless ``graph`` is a DGLGraph or block with one edge type."""
+    """Raise a DGLError unless ``graph`` is a DGLGraph or block with one edge type, or a
+    :class:`SampledBlock`."""
+    if isinstance(graph, SampledBlock):
+        return
     if not isinstance(graph, dgl.DGLGraph):
         raise DGLError(f"expected a DGLGraph or a DGL block, got {type(graph).__name__}")
     if len(graph.canonical_etypes) != 1:
@@ -180,6 +263,11 @@ def graph_plan(graph, device) -> GraphPlan:
     """The cached :class:`GraphPlan` of ``graph`` on ``device`` (built on first use)."""
     check_graph(graph)
     device = torch.device(device)
+    if isinstance(graph, SampledBlock):
+        if graph.plan.device != device:
+            raise DGLError(f"the sampled block is on {graph.plan.device} but the features are "
+                           f"on {device}")
+        return graph.plan
     if graph.device.type != "cpu" and graph.device != device:
         raise DGLError(
             f"the graph is on {graph.device} but the features are on {device}; move one of "

@@ -127,6 +127,11 @@ class SamplingConfig(_Section):
         default_factory=lambda: [15, 10, 5],
         description="neighbours sampled per layer, input layer first (-1: all)")
     batch_size: int = Field(1024, gt=0, description="seed nodes per mini-batch")
+    sampler: Literal["device", "dgl"] = Field(
+        "device", description="device: dgl_maxk's sampler, on the training device, ahead of "
+                              "the step; dgl: DGL's NeighborSampler on the CPU")
+    prefetch: int = Field(1, ge=0, description="batches the device sampler prepares ahead "
+                                               "on its own thread (0: none)")
 
 
 class ExperimentConfig(_Section):

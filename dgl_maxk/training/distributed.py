@@ -51,6 +51,10 @@ def rank() -> int:
     return dist.get_rank() if is_distributed() else 0
 
 
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
 def all_reduce_mean(values: dict, device) -> dict:
     """The mean over processes of each number in ``values`` (identity on one process)."""
     if not is_distributed():

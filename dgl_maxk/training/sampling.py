@@ -1,10 +1,11 @@
 """Mini-batch training on sampled blocks, on one device or data-parallel over several.
 
-DGL's ``NeighborSampler`` and ``DataLoader`` sample blocks on the CPU (the DGL wheels of the
-package index have no CUDA); the features, labels and model live on the training device, and
-dgl_maxk's layers build each block's plan on that device (cheap: one sort of the block's
-edges). Under ``torchrun`` each process samples its share of the seed nodes (DGL's
-``use_ddp``).
+Two samplers (``sampling.sampler``): ``device``, dgl_maxk's own (:mod:`dgl_maxk.sampling`),
+samples on the training device from a CSR kept there, ahead of the step on a producer thread,
+and hands over blocks whose plans are built; ``dgl``, DGL's ``NeighborSampler`` and
+``DataLoader``, samples on the CPU (the DGL wheels of the package index have no CUDA), and
+dgl_maxk's layers then plan each block on the device. The features, labels and model live on
+the training device. Under ``torchrun`` each process samples its share of the seed nodes.
 """
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import warnings
 import torch
 
 from .._dgl import dgl
-from .distributed import synchronize
+from ..sampling import NeighborLoader, NeighborSampler
+from .distributed import rank, synchronize, world_size
 from .step import train_step
+
+SAMPLERS = ("device", "dgl")
 
 
 def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
@@ -28,17 +32,30 @@ def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
                                       ddp_seed=seed, num_workers=0)
 
 
-def epoch_loader(graph, seeds, fanouts, batch_size, run_seed, epoch, use_ddp=False):
-    """A fresh loader for one epoch of a run.
+def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=1):
+    """A :class:`~dgl_maxk.sampling.NeighborLoader` over ``seeds`` on ``device_graph``'s
+    device, this process's share of them under ``torchrun``."""
+    return NeighborLoader(device_graph, seeds, NeighborSampler(fanouts), batch_size,
+                          seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch)
 
-    DGL's loader shuffles its seed order in place, so a long-lived one would make each
-    epoch's order depend on all earlier ones (and break resume); DGL's sampler has its own
-    generator, which checkpoints cannot hold, so it is seeded from (run seed, epoch): a
-    resumed run samples what an uninterrupted one does.
+
+def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
+    """A fresh loader for one epoch of a run, with the ``sampling`` config section's sampler
+    (``device_graph``: the graph's :class:`~dgl_maxk.sampling.DeviceGraph`, for 'device').
+
+    Both samplers are seeded from (run seed, epoch), so a resumed run samples what an
+    uninterrupted one does: DGL's loader shuffles its seed order in place, so a long-lived
+    one would make each epoch's order depend on all earlier ones, and DGL's sampler has its
+    own generator, which checkpoints cannot hold.
     """
     epoch_seed = run_seed * 100_003 + epoch
+    fanouts, batch_size = sampling["fanouts"], sampling["batch_size"]
+    if sampling["sampler"] == "device":
+        return device_loader(device_graph, seeds, fanouts, batch_size, epoch_seed,
+                             sampling["prefetch"])
     dgl.seed(epoch_seed)
-    return make_loader(graph, seeds, fanouts, batch_size, epoch_seed, use_ddp=use_ddp)
+    return make_loader(graph, seeds, fanouts, batch_size, epoch_seed,
+                       use_ddp=world_size() > 1)
 
 
 def _iterate(loader):
@@ -51,12 +68,13 @@ def _iterate(loader):
 
 def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
                 max_steps=None, timed=False, input_dropout=0.0, precision="tf32"):
-    """One pass over ``loader``, one :func:`~dgl_maxk.training.step.train_step` per batch.
+    """One pass over ``loader`` (DGL's or dgl_maxk's), one
+    :func:`~dgl_maxk.training.step.train_step` per batch.
 
     ``features``/``labels`` are indexed by node id (on any device). Returns the mean loss, the
-    seed count and the step count; with ``timed``, also the seconds spent in sampling,
-    feature/label gathering and copying, and compute (which then synchronises with the GPU
-    at each phase boundary).
+    seed count and the step count; with ``timed``, also the seconds spent waiting for the
+    sampler, in feature/label gathering and copying, and in compute (which then
+    synchronises with the GPU at each phase boundary).
     """
     stats = {"loss": 0.0, "seeds": 0, "steps": 0, "sample_s": 0.0, "copy_s": 0.0,
              "compute_s": 0.0}

@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models import build_model
+from ..sampling import DeviceGraph
 from .checkpoint import (comparable, inspect_seed, move_aside, rng_state, save_checkpoint,
                          seed_everything, set_rng_state, write_json)
 from .distributed import all_reduce_mean, any_process, is_distributed, rank, synchronize
@@ -65,6 +66,9 @@ class _SeedRun:
             self.train_model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None)
         self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
+        self.device_graph = (DeviceGraph.from_dgl(self.graph, device)
+                             if cfg["mode"] == "minibatch"
+                             and cfg["sampling"]["sampler"] == "device" else None)
         self.features = dataset.features.to(device)
         if t["sparse_features"]:
             self.model.lin_in = SparseInputLinear(self.model.lin_in)  # same state dict
@@ -103,9 +107,8 @@ class _SeedRun:
                                     self.train_labels, self.optimizer, rows=self.train_idx,
                                     **common))
         else:
-            s = self.cfg["sampling"]
-            loader = epoch_loader(self.graph, self.train_idx.cpu(), s["fanouts"],
-                                  s["batch_size"], self.seed, epoch, use_ddp=is_distributed())
+            loader = epoch_loader(self.graph, self.train_idx.cpu(), self.cfg["sampling"],
+                                  self.seed, epoch, self.device_graph)
             stats = train_epoch(self.train_model, loader, self.features, self.labels,
                                 self.optimizer, self.device, **common)
             loss = all_reduce_mean({"loss": stats["loss"]}, self.device)["loss"]

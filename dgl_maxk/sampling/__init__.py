@@ -1,0 +1,14 @@
+"""Neighbour sampling on the training device: blocks for mini-batch training that never wait
+for the CPU.
+
+The DGL wheels of the package index sample on the CPU only, and building each sampled DGL
+block's plan on the GPU costs what MaxK saves. Here the graph's in-edges live on the device as
+a CSR (:class:`DeviceGraph`), :class:`NeighborSampler` draws DGL's uniform sampling without
+replacement with torch on that device and returns :class:`~dgl_maxk.sparse.SampledBlock`
+objects whose plans come with them, and :class:`NeighborLoader` samples batches ahead of the
+training step on its own thread and CUDA stream.
+"""
+from .loader import NeighborLoader
+from .sampler import DeviceGraph, NeighborSampler
+
+__all__ = ["DeviceGraph", "NeighborSampler", "NeighborLoader"]

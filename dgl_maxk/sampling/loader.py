@@ -1,0 +1,147 @@
+"""Mini-batches of sampled blocks, produced ahead of the training step.
+
+:class:`NeighborLoader` is the device sampler's counterpart of DGL's ``DataLoader``: one pass
+over the seed nodes per iteration, shuffled from its ``seed``, this process's share of them
+under data parallelism, and each batch sampled by a producer thread on its own CUDA stream
+while the step before it computes (``prefetch`` batches ahead; 0 samples in the caller's
+thread). The batches and their order depend only on ``seed`` and the rank, not on
+``prefetch`` or timing.
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+
+import torch
+
+from .sampler import DeviceGraph, NeighborSampler
+
+_END = object()
+
+
+class NeighborLoader:
+    """Iterate over (input_nodes, output_nodes, blocks) for batches of ``seeds``.
+
+    Parameters
+    ----------
+    graph : DeviceGraph
+    seeds : Tensor (num_seeds,) -- global node ids, no repeats
+    sampler : NeighborSampler
+    batch_size : int
+    shuffle : bool -- a new order each pass, from ``seed`` and the pass number
+    drop_last : bool
+    seed : int -- the shuffle's and the sampler's random streams
+    rank, world_size : int -- this process's share: the shuffled seeds are cut into
+        ``world_size`` equal parts (wrapping around to fill the last), so every process runs
+        the same number of steps
+    prefetch : int -- batches sampled ahead on a producer thread (0: in the caller's thread)
+    """
+
+    def __init__(self, graph: DeviceGraph, seeds, sampler: NeighborSampler, batch_size, *,
+                 shuffle=True, drop_last=False, seed=0, rank=0, world_size=1, prefetch=1):
+        seeds = torch.as_tensor(seeds, dtype=torch.int64).cpu()
+        if seeds.dim() != 1 or torch.unique(seeds).numel() != seeds.numel():
+            raise ValueError("seeds must be a 1-d tensor of node ids without repeats")
+        if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= graph.num_nodes):
+            raise ValueError(f"seed node ids must be in [0, {graph.num_nodes})")
+        if batch_size < 1 or prefetch < 0 or not 0 <= rank < world_size:
+            raise ValueError(f"need batch_size >= 1, prefetch >= 0 and 0 <= rank < "
+                             f"world_size; got {batch_size}, {prefetch}, {rank}, {world_size}")
+        self.graph, self.seeds, self.sampler = graph, seeds, sampler
+        self.batch_size, self.shuffle, self.drop_last = int(batch_size), shuffle, drop_last
+        self.seed, self.rank, self.world_size = int(seed), rank, world_size
+        self.prefetch = int(prefetch)
+        self.passes = 0
+
+    def _share(self) -> torch.Tensor:
+        """This process's seeds for the next pass, in order."""
+        order = self.seeds
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(self.seed * 100_003 + self.passes)
+            order = order[torch.randperm(order.numel(), generator=gen)]
+        per_rank = -(-order.numel() // self.world_size)
+        if per_rank * self.world_size > order.numel() > 0:
+            order = order.repeat(-(-per_rank * self.world_size // order.numel()))
+        return order[self.rank * per_rank:(self.rank + 1) * per_rank]
+
+    def __len__(self):
+        per_rank = -(-self.seeds.numel() // self.world_size)
+        full, rest = divmod(per_rank, self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def _batches(self, share):
+        device = self.graph.device
+        generator = torch.Generator(device=device).manual_seed(
+            (self.seed * 100_003 + self.passes) * 1_009 + self.rank)
+        share = share.to(device)
+        for i in range(len(self)):
+            seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.sampler.sample(self.graph, seeds, generator)
+
+    def __iter__(self):
+        batches = self._batches(self._share())
+        self.passes += 1
+        if self.prefetch == 0:
+            return batches
+        return _prefetched(batches, self.prefetch, self.graph.device)
+
+
+def _tensors(batch):
+    """Every tensor a batch holds (to mark them used by the consumer's stream)."""
+    input_nodes, output_nodes, blocks = batch
+    yield from (input_nodes, output_nodes)
+    for block in blocks:
+        plan = block.plan
+        yield from (block.src_nodes, plan.indptr, plan.indices, plan.in_degrees,
+                    plan.out_degrees, plan.dst_of_edge)
+
+
+def _prefetched(batches, depth, device):
+    """``batches`` produced on a thread (on a side stream on GPUs), ``depth`` ahead."""
+    ready = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    cuda = device.type == "cuda"
+    thread = threading.Thread(target=_produce, args=(batches, ready, stop, device),
+                              daemon=True, name="dgl_maxk-sampler")
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            batch, event = item
+            if cuda:  # the step's stream waits for the sampling, and keeps its memory alive
+                stream = torch.cuda.current_stream(device)
+                stream.wait_event(event)
+                for t in _tensors(batch):
+                    t.record_stream(stream)
+            yield batch
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.01)
+        thread.join()
+
+
+def _produce(batches, ready, stop, device):
+    def put(item):
+        while not stop.is_set():
+            with contextlib.suppress(queue.Full):
+                ready.put(item, timeout=0.05)
+                return True
+        return False
+
+    try:
+        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for batch in batches:
+                event = stream.record_event() if stream is not None else None
+                if not put((batch, event)):
+                    return
+        put(_END)
+    except BaseException as err:  # re-raised in the consumer's thread
+        put(err)

@@ -1,0 +1,152 @@
+"""Uniform neighbour sampling without replacement, in torch, on the device of the graph.
+
+Each layer's block costs two reads back to the host (its edge count and its number of source
+nodes, which size its tensors); everything else stays on the device. The result is that of
+DGL's ``NeighborSampler`` with ``replace=False`` in distribution: every destination node keeps
+``min(in-degree, fan-out)`` in-neighbours, each subset of that size equally likely. The
+random streams differ from DGL's.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..sparse import SampledBlock
+
+
+class DeviceGraph:
+    """The in-edges of a homogeneous graph as a CSR over destination nodes, on one device.
+
+    Attributes
+    ----------
+    indptr : Tensor (num_nodes + 1,), int64
+    indices : Tensor (num_edges,), int32 (int64 from 2^31 nodes) -- source of each in-edge
+    num_nodes : int
+    """
+
+    def __init__(self, indptr, indices, num_nodes):
+        if indptr.numel() != num_nodes + 1:
+            raise ValueError(f"indptr must have num_nodes + 1 = {num_nodes + 1} entries, got "
+                             f"{indptr.numel()}")
+        self.indptr, self.indices, self.num_nodes = indptr, indices, int(num_nodes)
+
+    @property
+    def device(self):
+        return self.indptr.device
+
+    @classmethod
+    def from_dgl(cls, graph, device) -> "DeviceGraph":
+        """The in-edges of a DGL graph with one node and edge type, on ``device``."""
+        if graph.is_block or len(graph.ntypes) != 1 or len(graph.canonical_etypes) != 1:
+            raise ValueError("DeviceGraph takes a graph with one node type and one edge type, "
+                             "not a block")
+        src, dst = (t.to(device, torch.int64) for t in graph.edges())
+        n = graph.num_nodes()
+        order = torch.argsort(dst, stable=True)
+        index_dtype = torch.int32 if n < 2 ** 31 else torch.int64
+        indices = src[order].to(index_dtype)
+        del src, order
+        indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
+        torch.cumsum(torch.bincount(dst, minlength=n), 0, out=indptr[1:])
+        return cls(indptr, indices, n)
+
+    def __repr__(self):
+        return (f"DeviceGraph(num_nodes={self.num_nodes}, num_edges={self.indices.numel()}, "
+                f"device={self.device})")
+
+
+def _check_fanouts(fanouts):
+    fanouts = [int(f) for f in fanouts]
+    if not fanouts or not all(f > 0 or f == -1 for f in fanouts):
+        raise ValueError(f"fan-outs must be positive or -1 (all neighbours), one per layer; "
+                         f"got {fanouts}")
+    return fanouts
+
+
+class NeighborSampler:
+    """Sample a block per layer, from the output layer down, as DGL's ``NeighborSampler``.
+
+    Parameters
+    ----------
+    fanouts : list of int
+        Neighbours kept per destination node in each layer, input layer first; -1 keeps all.
+
+    Example
+    -------
+    >>> import dgl, torch
+    >>> from dgl_maxk.sampling import DeviceGraph, NeighborSampler
+    >>> graph = DeviceGraph.from_dgl(dgl.rand_graph(1000, 8000), "cpu")
+    >>> input_nodes, output_nodes, blocks = NeighborSampler([10, 5]).sample(
+    ...     graph, torch.arange(32))
+    >>> [b.num_dst_nodes() for b in blocks][-1]
+    32
+    """
+
+    def __init__(self, fanouts):
+        self.fanouts = _check_fanouts(fanouts)
+
+    def sample(self, graph: DeviceGraph, seeds: torch.Tensor, generator=None):
+        """(input_nodes, output_nodes, blocks) for ``seeds`` (global ids, no repeats), as
+        DGL's loaders give them: ``blocks[0]`` is the input layer's, and each block's source
+        nodes start with its destination nodes."""
+        dst = seeds.to(graph.device, torch.int64)
+        blocks = []
+        for fanout in reversed(self.fanouts):
+            blocks.insert(0, sample_block(graph, dst, fanout, generator))
+            dst = blocks[0].src_nodes
+        return dst, seeds, blocks
+
+
+def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None):
+    """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``."""
+    n = dst.numel()
+    start = graph.indptr[dst]
+    degree = graph.indptr[dst + 1] - start
+    count = degree if fanout < 0 else degree.clamp(max=fanout)
+    indptr = torch.zeros(n + 1, dtype=torch.int64, device=dst.device)
+    torch.cumsum(count, 0, out=indptr[1:])
+    num_edges = int(indptr[-1])  # sizes the block: one read back
+    row = torch.repeat_interleave(torch.arange(n, device=dst.device), count,
+                                  output_size=num_edges)
+    offset = torch.arange(num_edges, device=dst.device) - indptr[row]
+    if fanout > 0:
+        chosen = _distinct_offsets(degree, fanout, generator)
+        offset = torch.where(degree[row] > fanout, chosen[row, offset], offset)
+    neighbours = graph.indices[start[row] + offset].long()
+    src_nodes, local = _relabel(dst, neighbours)
+    return SampledBlock(indptr, local, src_nodes, n,
+                        max_in_degree=fanout if fanout > 0 else None)
+
+
+def _distinct_offsets(degree, fanout, generator):
+    """(n, fanout) offsets, row r a uniform random ``fanout``-subset of ``[0, degree[r])``
+    (rows of degree <= fanout get some subset of ``[0, fanout)``: unused).
+
+    Floyd's algorithm, vectorised over rows: step j draws t from ``[0, top]`` with
+    ``top = degree - fanout + j`` and keeps ``top`` instead when t was drawn before.
+    """
+    n = degree.numel()
+    total = degree.clamp(min=fanout)
+    draws = torch.rand(n, fanout, dtype=torch.float64, device=degree.device,
+                       generator=generator)
+    chosen = torch.empty(n, fanout, dtype=torch.int64, device=degree.device)
+    for j in range(fanout):
+        top = total - (fanout - j)
+        pick = torch.minimum((draws[:, j] * (top + 1)).long(), top)
+        if j:
+            pick = torch.where((chosen[:, :j] == pick[:, None]).any(1), top, pick)
+        chosen[:, j] = pick
+    return chosen
+
+
+def _relabel(dst, neighbours):
+    """(src_nodes, local ids of ``neighbours``): the block's source nodes are ``dst`` in its
+    order, then the other neighbours by increasing global id."""
+    n = dst.numel()
+    nodes, inverse = torch.unique(torch.cat([dst, neighbours]), return_inverse=True)
+    rank = torch.full((nodes.numel(),), -1, dtype=torch.int64, device=dst.device)
+    rank[inverse[:n]] = torch.arange(n, device=dst.device)
+    new = rank < 0
+    rank = torch.where(new, n + torch.cumsum(new, 0) - 1, rank)
+    src_nodes = torch.empty_like(nodes)
+    src_nodes[rank] = nodes
+    return src_nodes, rank[inverse[n:]]

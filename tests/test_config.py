@@ -194,6 +194,24 @@ def test_resolve_key_and_parse_assignment():
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("text, value", [
+    ("lr=1e-3", 1e-3), ("lr=1e3", 1e3), ("weight_decay=-2E+5", -2e5), ("dropout=.5e-1", 0.05),
+    ("dataset.params.p_in=1e-3", 1e-3),
+    ("lr='1e3'", "1e3"), ('lr="1e-3"', "1e-3"),  # quoted: a string
+    ("name=1e3", "1e3"), ("description=1e-3", "1e-3"), ("dataset.root=2e5", "2e5"),
+    ("name=nan", "nan"), ("name=infinity", "infinity"),
+])
+def test_exponent_floats_convert_only_for_non_string_keys(text, value):
+    _, parsed = C.parse_assignment(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+def test_numeric_looking_run_name_survives_validation():
+    cfg = C.validate_config(C.apply_overrides(small_config(), ["name=1e3",
+                                                               "description=1e-3"]))
+    assert cfg["name"] == "1e3" and cfg["description"] == "1e-3"
+
+
 def test_seed_count_expands():
     n = random.randint(1, 6)
     assert small_config(**{"train.seeds": n})["train"]["seeds"] == list(range(n))

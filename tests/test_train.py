@@ -296,6 +296,22 @@ def test_precision_applies_is_recorded_and_restored(precision, matmul, autocast,
     assert any(line.startswith(f"precision: {precision} ") and matmul in line for line in head)
 
 
+@pytest.mark.parametrize("fast, slow", [("bf16", "fp32"), ("bf16", "bf16")])
+def test_results_precision_is_the_variants(fast, slow, tmp_path):
+    cfg = small_config(**{"train.epochs": 1, "train.precision": "tf32"},
+                       variants={"fast": {"train.precision": fast},
+                                 "slow": {"train.precision": slow}})
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True)
+    saved = json.loads((Path(res["run_dir"]) / "results.json").read_text())
+    precision, matmul = {"fast": fast, "slow": slow}, {"fast": "high", "slow": "highest"}
+    if fast == slow:  # shared by every variant: one name (not the base config's tf32)
+        precision, matmul = fast, "high"
+    assert saved["precision"] == precision == saved["environment"]["precision"]
+    assert saved["environment"]["float32_matmul_precision"] == matmul
+    assert {n: v["precision"] for n, v in saved["variants"].items()} == {"fast": fast,
+                                                                         "slow": slow}
+
+
 def test_precision_default_is_tf32():
     assert small_config()["train"]["precision"] == "tf32"
 

@@ -23,6 +23,7 @@ by its short name (``k=16``); values are YAML.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
@@ -330,17 +331,23 @@ def parse_assignment(text: str):
     except yaml.YAMLError as err:
         raise ConfigError(f"override of '{key}': cannot parse {raw!r}: "
                           f"{_yaml_problem(err)}") from None
-    if isinstance(value, str) and _looks_numeric(value):
-        value = float(value)  # YAML 1.1 reads '1e-3' as a string
+    if _EXPONENT_FLOAT.fullmatch(raw.strip()) and not _holds_text(key):
+        value = float(raw)  # YAML 1.1 reads '1e-3' as a string
     return key, value
 
 
-def _looks_numeric(text):
-    try:
-        float(text)
-        return True
-    except ValueError:
+#: floats with an exponent, unquoted (YAML 1.1 reads '1e-3', '1e3', '-2E+5' as strings)
+_EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+def _holds_text(key: str) -> bool:
+    """Whether config key ``key`` is a string (name, description, dataset.name/root)."""
+    *sections, leaf = resolve_key(key).split(".")
+    if len(sections) > 1:  # dataset.params.<key>: numbers and booleans
         return False
+    model = _SECTIONS[sections[0]] if sections else ExperimentConfig
+    annotation = model.model_fields[leaf].annotation
+    return str in (annotation, *get_args(annotation))
 
 
 def apply_overrides(cfg: dict, overrides) -> dict:

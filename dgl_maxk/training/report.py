@@ -20,12 +20,15 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def environment(device, precision: str) -> dict:
+def environment(device, precision: str | dict) -> dict:
     """:func:`dgl_maxk.envinfo.collect` for the run's device, plus what a results file also
-    needs: the host, the git commit and the precision policy of the run."""
+    needs: the host, the git commit and the precision policy of the run (``precision``: one
+    name, or {variant: name} when the variants differ)."""
     env = envinfo.collect(device)
+    matmul = (MATMUL_PRECISION[precision] if isinstance(precision, str)
+              else {name: MATMUL_PRECISION[p] for name, p in precision.items()})
     env.update(device=str(device), host=socket.gethostname(), git_commit=_git_commit(),
-               precision=precision, float32_matmul_precision=MATMUL_PRECISION[precision])
+               precision=precision, float32_matmul_precision=matmul)
     return env
 
 

@@ -116,8 +116,9 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
         except _StopNow as second:
             raise RunInterrupted(run_dir, f"a second {second} (at once: the checkpoints "
                                           "saved before it are kept)") from None
-        results = {"name": cfg["name"], "config": cfg, "precision": cfg["train"]["precision"],
-                   "environment": environment(dev, cfg["train"]["precision"]),
+        precision = _run_precision(variants)
+        results = {"name": cfg["name"], "config": cfg, "precision": precision,
+                   "environment": environment(dev, precision),
                    "run_dir": str(run_dir), "variants": per_variant, "complete": complete,
                    "wall_seconds": time.perf_counter() - started, "processes": world}
         if rank == 0:
@@ -247,15 +248,21 @@ def _run_log(run_dir: Path, quiet: bool, rank: int):
         logger.propagate = saved[1]
 
 
+def _run_precision(variants) -> str | dict:
+    """The variants' train.precision: one name when they share it, else {variant: name}."""
+    precisions = {name: v["train"]["precision"] for name, v in variants.items()}
+    shared = set(precisions.values())
+    return shared.pop() if len(shared) == 1 else precisions
+
+
 def _log_header(run_dir, device, world, cfg, variants, loaded):
     LOG.info(f"run directory: {run_dir}")
-    precisions = {name: v["train"]["precision"] for name, v in variants.items()}
-    if len(set(precisions.values())) == 1:
-        p = cfg["train"]["precision"]
+    p = _run_precision(variants)
+    if isinstance(p, str):
         LOG.info(f"precision: {p} (float32 matmul precision '{MATMUL_PRECISION[p]}'"
                  + (", bfloat16 autocast" if p == "bf16" else "") + ")")
     else:
-        LOG.info("precision: " + ", ".join(f"{n} {p}" for n, p in precisions.items()))
+        LOG.info("precision: " + ", ".join(f"{n} {v}" for n, v in p.items()))
     LOG.info(f"device: {device}" + (f" (x{world} processes)" if world > 1 else "")
              + f"; variants: {', '.join(variants)}; seeds: {cfg['train']['seeds']}")
     for line in loaded:

@@ -32,7 +32,9 @@ from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training import distributed  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
-from dgl_maxk.training.sampling import make_loader, train_epoch  # noqa: E402
+from dgl_maxk.sampling import DeviceGraph  # noqa: E402
+from dgl_maxk.training.sampling import (SAMPLERS, device_loader, make_loader,  # noqa: E402
+                                        train_epoch)
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -63,40 +65,64 @@ def worker(rank, world, args, port, queue):
         torch.distributed.destroy_process_group()
 
 
+def make_epoch_loader(sampler, graph, device_graph, train_idx, args, world):
+    """The loader of one sampler: dgl_maxk's on the device, or DGL's on the CPU."""
+    if sampler == "device":
+        return device_loader(device_graph, train_idx, args.fanouts, args.batch_size, args.seed,
+                             prefetch=args.prefetch)
+    return make_loader(graph, train_idx, args.fanouts, args.batch_size, args.seed,
+                       use_ddp=world > 1)
+
+
+def time_variant(model, loader, feats, labels, device, args, world):
+    """Warm up, then time ``args.steps`` steps (throughput, no extra synchronisation); with
+    ``--breakdown`` a second pass of as many steps splits the time into sampling wait, copy
+    and compute (synchronising at each boundary)."""
+    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    common = dict(precision=args.precision)
+    train_epoch(model, loader, feats, labels, opt, device, False, max_steps=args.warmup,
+                **common)
+    if world > 1:
+        torch.distributed.barrier()
+    distributed.synchronize(device)
+    start = time.perf_counter()
+    stats = train_epoch(model, loader, feats, labels, opt, device, False,
+                        max_steps=args.steps, **common)
+    distributed.synchronize(device)
+    stats["wall_s"] = time.perf_counter() - start
+    if args.breakdown:
+        split = train_epoch(model, loader, feats, labels, opt, device, False,
+                            max_steps=args.steps, timed=True, **common)
+        stats.update({key: split[key] for key in ("sample_s", "copy_s", "compute_s")})
+    return stats
+
+
 def time_variants(rank, world, device, args, queue):
-    """Time every variant on this process; rank 0 puts each one's numbers on ``queue``."""
+    """Time every sampler x variant on this process; rank 0 puts each one's numbers on
+    ``queue``."""
     t0 = time.perf_counter()
     graph, feats, labels, train_idx, classes = build_data(args)
+    device_graph = DeviceGraph.from_dgl(graph, device) if "device" in args.samplers else None
     build_s = time.perf_counter() - t0
     feats_d, labels_d = feats.to(device), labels.to(device)
-    for variant in args.variants:
-        torch.manual_seed(args.seed)
-        k = None if variant == "relu" else int(variant.split("k")[-1])
-        model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
-                            k=k or 32, dropout=0.5,
-                            nonlinearity="relu" if k is None else "maxk").to(device)
-        if world > 1:
-            model = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None)
-        opt = torch.optim.Adam(model.parameters(), lr=0.003)
-        loader = make_loader(graph, train_idx, args.fanouts, args.batch_size, args.seed,
-                             use_ddp=world > 1)
-        train_epoch(model, loader, feats_d, labels_d, opt, device, False,
-                    max_steps=args.warmup, precision=args.precision)
-        if world > 1:
-            torch.distributed.barrier()
-        start = time.perf_counter()
-        stats = train_epoch(model, loader, feats_d, labels_d, opt, device, False,
-                            max_steps=args.steps, timed=args.breakdown,
-                            precision=args.precision)
-        distributed.synchronize(device)
-        stats["wall_s"] = time.perf_counter() - start
-        seeds = stats["seeds"]
-        stats = distributed.all_reduce_mean(stats, device)
-        stats.update(variant=variant, seeds_total=seeds * world,
-                     graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
-        if rank == 0:
-            queue.put(stats)
+    for sampler in args.samplers:
+        for variant in args.variants:
+            torch.manual_seed(args.seed)
+            k = None if variant == "relu" else int(variant.split("k")[-1])
+            model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
+                                k=k or 32, dropout=0.5,
+                                nonlinearity="relu" if k is None else "maxk").to(device)
+            if world > 1:
+                model = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=[device.index] if device.type == "cuda" else None)
+            loader = make_epoch_loader(sampler, graph, device_graph, train_idx, args, world)
+            stats = time_variant(model, loader, feats_d, labels_d, device, args, world)
+            seeds = stats["seeds"]
+            stats = distributed.all_reduce_mean(stats, device)
+            stats.update(sampler=sampler, variant=variant, seeds_total=seeds * world,
+                         graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
+            if rank == 0:
+                queue.put(stats)
 
 
 def parse_args():
@@ -110,12 +136,19 @@ def parse_args():
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
     parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--variants", nargs="+", default=["relu", "maxk-k16", "maxk-k32"])
+    parser.add_argument("--variants", nargs="+", default=["relu", "maxk-k8", "maxk-k32"])
+    parser.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=list(SAMPLERS),
+                        help="device: dgl_maxk's sampler on the GPU, ahead of the step; dgl: "
+                             "DGL's NeighborSampler on the CPU (default: both, side by side)")
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="batches the device sampler prepares ahead (default: the "
+                             "trainer's, 1 on a GPU, 0 on a CPU)")
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=40, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--breakdown", action="store_true",
-                        help="synchronise at phase boundaries to split the time")
+                        help="a second pass of --steps steps, synchronising at phase "
+                             "boundaries to split the time")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/minibatch")
@@ -140,22 +173,22 @@ def run_world(ctx, world, args, first):
     for p in procs:
         p.start()
     rows = []
-    for _ in args.variants:
+    for _ in range(len(args.samplers) * len(args.variants)):
         stats = queue.get()
-        variant = stats["variant"]
+        sampler, variant = stats["sampler"], stats["variant"]
         nodes, edges, seeds, build_s = stats.pop("graph")
         if first and not rows:
             print(f"precision: {args.precision} for every variant")
             print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
                   f"(built in {build_s:.1f} s per process)", flush=True)
         throughput = stats["seeds_total"] / stats["wall_s"]
-        row = {"variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
+        row = {"sampler": sampler, "variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
                "step_ms": stats["wall_s"] / args.steps * 1e3,
                "epoch_s_estimate": seeds / throughput,
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
                "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
         rows.append(row)
-        print(f"{variant:9s} x{world}: {throughput:10.0f} seeds/s, "
+        print(f"{sampler:6s} {variant:9s} x{world}: {throughput:10.0f} seeds/s, "
               f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
               + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
                  f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
@@ -171,17 +204,23 @@ def markdown_table(results, args) -> str:
     lines = [f"Precision: {args.precision} for every variant (float32 matmul precision "
              f"'{MATMUL_PRECISION[args.precision]}'"
              + (", bfloat16 autocast" if args.precision == "bf16" else "") + ").", "",
-             "| variant | GPUs | seeds/s | ms/step | epoch (s, est.) | scaling vs 1 GPU | "
-             "speedup vs ReLU |", "|---|---|---|---|---|---|---|"]
+             "| sampler | variant | GPUs | seeds/s | ms/step | epoch (s, est.) | "
+             "sampling wait / copy / compute (ms/step) | scaling vs 1 GPU | speedup vs ReLU |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        one = next((o for o in results if o["variant"] == r["variant"] and o["gpus"] == 1), None)
-        relu = next((o for o in results if o["variant"] == "relu" and o["gpus"] == r["gpus"]),
-                    None)
+        def same(o, **kw):
+            return o["sampler"] == r["sampler"] and all(o[k] == v for k, v in kw.items())
+        one = next((o for o in results if same(o, variant=r["variant"], gpus=1)), None)
+        relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)
+        split = " / ".join(f"{r[key] / args.steps * 1e3:.1f}"
+                           for key in ("sample_s", "copy_s", "compute_s"))
         scale = f"{r['throughput_seeds_per_s'] / one['throughput_seeds_per_s']:.2f}x" if one else ""
         vs = (f"{r['throughput_seeds_per_s'] / relu['throughput_seeds_per_s']:.2f}x"
               if relu else "")
-        lines.append(f"| {r['variant']} | {r['gpus']} | {r['throughput_seeds_per_s']:.0f} | "
-                     f"{r['step_ms']:.1f} | {r['epoch_s_estimate']:.1f} | {scale} | {vs} |")
+        lines.append(f"| {r['sampler']} | {r['variant']} | {r['gpus']} | "
+                     f"{r['throughput_seeds_per_s']:.0f} | {r['step_ms']:.1f} | "
+                     f"{r['epoch_s_estimate']:.1f} | {split if args.breakdown else ''} | "
+                     f"{scale} | {vs} |")
     return "\n".join(lines)
 
 

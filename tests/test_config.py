@@ -206,6 +206,16 @@ def test_exponent_floats_convert_only_for_non_string_keys(text, value):
     assert parsed == value and type(parsed) is type(value)
 
 
+def test_exponent_floats_in_config_files_are_numbers(tmp_path):
+    lr, decay = random.choice([1e-3, 5e-4, 2e-2]), random.choice([1e-5, 3e-6])
+    text = (CONFIGS / "quickstart.yaml").read_text()
+    assert "lr: 0.01\n" in text
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace("lr: 0.01\n", f"lr: {lr:.0e}\n  weight_decay: {decay:.0e}\n"))
+    train = C.load_config(path)["train"]
+    assert (train["lr"], train["weight_decay"]) == (lr, decay)
+
+
 def test_numeric_looking_run_name_survives_validation():
     cfg = C.validate_config(C.apply_overrides(small_config(), ["name=1e3",
                                                                "description=1e-3"]))

@@ -131,8 +131,10 @@ class SamplingConfig(_Section):
     sampler: Literal["device", "dgl"] = Field(
         "device", description="device: dgl_maxk's sampler, on the training device, ahead of "
                               "the step; dgl: DGL's NeighborSampler on the CPU")
-    prefetch: int = Field(1, ge=0, description="batches the device sampler prepares ahead "
-                                               "on its own thread (0: none)")
+    prefetch: Optional[int] = Field(
+        None, ge=0, description="batches the device sampler prepares ahead on its own thread "
+                          "(default: 1 on a GPU; 0 on a CPU, where it would take the step's "
+                          "cores)")
 
 
 class ExperimentConfig(_Section):
@@ -327,17 +329,27 @@ def parse_assignment(text: str):
     key, raw = text.split("=", 1)
     key = key.strip()
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.load(raw, _Loader) if raw.strip() else None
     except yaml.YAMLError as err:
         raise ConfigError(f"override of '{key}': cannot parse {raw!r}: "
                           f"{_yaml_problem(err)}") from None
-    if _EXPONENT_FLOAT.fullmatch(raw.strip()) and not _holds_text(key):
-        value = float(raw)  # YAML 1.1 reads '1e-3' as a string
+    if _EXPONENT_FLOAT.fullmatch(raw.strip()) and _holds_text(key):
+        value = raw.strip()  # name=1e3 is a name
     return key, value
 
 
-#: floats with an exponent, unquoted (YAML 1.1 reads '1e-3', '1e3', '-2E+5' as strings)
+#: floats with an exponent, unquoted: YAML 1.1 (PyYAML) reads '1e-3', '1e3', '-2E+5' as
+#: strings, YAML 1.2 and every user as numbers
 _EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading unquoted exponent floats as numbers (config files and
+    overrides alike)."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,
+                              list("-+0123456789."))
 
 
 def _holds_text(key: str) -> bool:
@@ -386,7 +398,7 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError(f"config file {path} is not a text file (binary, or not UTF-8); "
                           "give a YAML config")
     try:
-        cfg = yaml.safe_load(text)
+        cfg = yaml.load(text, _Loader)
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {path} is not valid YAML: {_yaml_problem(err)}") \
             from None

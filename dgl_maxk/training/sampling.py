@@ -32,9 +32,12 @@ def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
                                       ddp_seed=seed, num_workers=0)
 
 
-def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=1):
+def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None):
     """A :class:`~dgl_maxk.sampling.NeighborLoader` over ``seeds`` on ``device_graph``'s
-    device, this process's share of them under ``torchrun``."""
+    device, this process's share of them under ``torchrun``. ``prefetch`` None: one batch
+    ahead on a GPU, none on a CPU (where a producer thread would take the step's cores)."""
+    if prefetch is None:
+        prefetch = int(device_graph.device.type == "cuda")
     return NeighborLoader(device_graph, seeds, NeighborSampler(fanouts), batch_size,
                           seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch)
 

@@ -19,6 +19,7 @@ case $phase in
     # timeout still leaves what ran
     python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py tests/test_edge_cases.py \
       tests/test_ops.py tests/test_layers.py tests/test_errors.py tests/test_models.py \
+      tests/test_device_sampling.py \
       > "$out/tests.txt" 2>&1
     tail -n 15 "$out/tests.txt"
     # the same quickstart through the kernels and through the pure-torch path

@@ -293,6 +293,46 @@ def test_ops_cbsr_spgemm_weightings(norm, weighted, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
+# neighbour sampling
+# --------------------------------------------------------------------------------------------
+
+def _in_edge_csr(degrees, index_dtype_):
+    """A graph's in-edge CSR on the GPU: node i has ``degrees[i]`` random in-neighbours."""
+    degrees = torch.as_tensor(degrees, dtype=torch.int64)
+    indptr = torch.zeros(len(degrees) + 1, dtype=torch.int64)
+    torch.cumsum(degrees, 0, out=indptr[1:])
+    indices = torch.randint(0, len(degrees), (int(indptr[-1]),), dtype=index_dtype_)
+    return indptr.to(DEV), indices.to(DEV)
+
+
+@pytest.mark.parametrize("fanout", [-1, 1, 2, 5, 15, 64, 65])
+@pytest.mark.parametrize("index_type", [torch.int32, torch.int64])
+def test_sample_neighbors_matches_reference(fanout, index_type):
+    """The kernel picks what the reference picks from the same draws: rows of degree 0, at
+    the fan-out, just above it, and hubs far above it; the fan-out above the kernel's limit
+    goes to the reference."""
+    seed = fresh_seed()
+    n = 3001  # not a multiple of the block
+    degrees = torch.randint(0, 40, (n,))
+    degrees[torch.randperm(n)[:50]] = 0
+    degrees[torch.randperm(n)[:5]] = torch.randint(2000, 5000, (5,))
+    degrees[:3] = max(fanout, 1) + torch.arange(3)  # at and just above the fan-out
+    g_indptr, g_indices = _in_edge_csr(degrees, index_type)
+    dst = torch.randperm(n, device=DEV)[:1700]
+    deg = (g_indptr[dst + 1] - g_indptr[dst])
+    count = deg if fanout < 0 else deg.clamp(max=fanout)
+    b_indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=DEV)
+    torch.cumsum(count, 0, out=b_indptr[1:])
+    num_edges = int(b_indptr[-1])
+    draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=DEV)
+             if fanout > 0 else None)
+    got = cuda.sample_neighbors(g_indptr, g_indices, dst, b_indptr, num_edges, fanout, draws)
+    want = reference.sample_neighbors(g_indptr, g_indices, dst, b_indptr, num_edges, fanout,
+                                      draws)
+    assert got.dtype == torch.int64 and torch.equal(got, want), seed
+
+
+# --------------------------------------------------------------------------------------------
 # torch.library / torch.compile
 # --------------------------------------------------------------------------------------------
 
@@ -313,6 +353,12 @@ def test_opcheck():
                           (group_row, group_start, col, ev, gy, xi), test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sddmm.default,
                           (group_row, group_start, col, gy, xv, xi), test_utils=tests)
+    g_indptr, g_indices = _in_edge_csr([0, 3, 9, 1], torch.int32)
+    dst = torch.tensor([0, 2, 1, 3], device=DEV)
+    b_indptr = torch.tensor([0, 0, 4, 7, 8], device=DEV)
+    draws = torch.rand(4, 4, dtype=torch.float64, device=DEV)
+    torch.library.opcheck(torch.ops.dgl_maxk.sample_neighbors.default,
+                          (g_indptr, g_indices, dst, b_indptr, draws, 8, 4), test_utils=tests)
     del seed
 
 

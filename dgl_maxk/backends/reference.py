@@ -142,3 +142,30 @@ def sddmm(plan, grad_y, x):
         cols = plan.indices[start:start + step]
         out[start:start + step] = (grad_y[rows] * x[cols].to(grad_y.dtype)).sum(1)
     return out
+
+
+def sample_neighbors(graph_indptr, graph_indices, dst, block_indptr, num_edges: int,
+                     fanout: int, draws):
+    """The sampled in-neighbours (global ids, int64) of each node of ``dst``, in the order of
+    the block's CSR ``block_indptr`` (``num_edges`` entries): all of a node's in-neighbours
+    when its in-degree is at most ``fanout`` (or ``fanout`` < 0), else the uniform
+    ``fanout``-subset that Floyd's algorithm picks with the row's ``draws`` (n x fanout,
+    float64 in [0, 1)): step j draws t = floor(u_j * (top + 1)) with top = degree - fanout + j,
+    and keeps top instead when t was drawn before.
+    """
+    n = dst.numel()
+    start = graph_indptr[dst]
+    degree = graph_indptr[dst + 1] - start
+    row = torch.repeat_interleave(torch.arange(n, device=dst.device),
+                                  block_indptr[1:] - block_indptr[:-1], output_size=num_edges)
+    offset = torch.arange(num_edges, device=dst.device) - block_indptr[row]
+    if fanout > 0:
+        top = degree.clamp(min=fanout)[:, None] - fanout + torch.arange(fanout,
+                                                                        device=dst.device)
+        picks = torch.minimum((draws * (top + 1)).long(), top)
+        chosen = torch.empty_like(picks)
+        for j in range(fanout):
+            seen = (chosen[:, :j] == picks[:, j:j + 1]).any(1)
+            chosen[:, j] = torch.where(seen, top[:, j], picks[:, j])
+        offset = torch.where(degree[row] > fanout, chosen[row, offset], offset)
+    return graph_indices[start[row] + offset].long()

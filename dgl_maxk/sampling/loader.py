@@ -54,11 +54,11 @@ class NeighborLoader:
         self.prefetch = int(prefetch)
         self.passes = 0
 
-    def _share(self) -> torch.Tensor:
-        """This process's seeds for the next pass, in order."""
+    def _share(self, pass_seed: int) -> torch.Tensor:
+        """This process's seeds for the pass of ``pass_seed``, in order."""
         order = self.seeds
         if self.shuffle:
-            gen = torch.Generator().manual_seed(self.seed * 100_003 + self.passes)
+            gen = torch.Generator().manual_seed(pass_seed)
             order = order[torch.randperm(order.numel(), generator=gen)]
         per_rank = -(-order.numel() // self.world_size)
         if per_rank * self.world_size > order.numel() > 0:
@@ -70,18 +70,18 @@ class NeighborLoader:
         full, rest = divmod(per_rank, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def _batches(self, share):
+    def _batches(self, share, pass_seed: int):
         device = self.graph.device
-        generator = torch.Generator(device=device).manual_seed(
-            (self.seed * 100_003 + self.passes) * 1_009 + self.rank)
+        generator = torch.Generator(device=device).manual_seed(pass_seed * 1_009 + self.rank)
         share = share.to(device)
         for i in range(len(self)):
             seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
             yield self.sampler.sample(self.graph, seeds, generator)
 
     def __iter__(self):
-        batches = self._batches(self._share())
+        pass_seed = self.seed * 100_003 + self.passes  # read now: the batches come lazily
         self.passes += 1
+        batches = self._batches(self._share(pass_seed), pass_seed)
         if self.prefetch == 0:
             return batches
         return _prefetched(batches, self.prefetch, self.graph.device)

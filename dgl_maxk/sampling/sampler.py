@@ -1,6 +1,7 @@
 """Uniform neighbour sampling without replacement, in torch, on the device of the graph.
 
-Each layer's block costs two reads back to the host (its edge count and its number of source
+The neighbours of each row are picked by ``sample_neighbors`` of the tensors' backend (one
+CUDA kernel, or the pure-torch reference). Each layer's block costs two reads back to the host (its edge count and its number of source
 nodes, which size its tensors); everything else stays on the device. The result is that of
 DGL's ``NeighborSampler`` with ``replace=False`` in distribution: every destination node keeps
 ``min(in-degree, fan-out)`` in-neighbours, each subset of that size equally likely. The
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import backends
 from ..sparse import SampledBlock
 
 
@@ -99,43 +101,18 @@ class NeighborSampler:
 def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None):
     """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``."""
     n = dst.numel()
-    start = graph.indptr[dst]
-    degree = graph.indptr[dst + 1] - start
+    degree = graph.indptr[dst + 1] - graph.indptr[dst]
     count = degree if fanout < 0 else degree.clamp(max=fanout)
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(count, 0, out=indptr[1:])
     num_edges = int(indptr[-1])  # sizes the block: one read back
-    row = torch.repeat_interleave(torch.arange(n, device=dst.device), count,
-                                  output_size=num_edges)
-    offset = torch.arange(num_edges, device=dst.device) - indptr[row]
-    if fanout > 0:
-        chosen = _distinct_offsets(degree, fanout, generator)
-        offset = torch.where(degree[row] > fanout, chosen[row, offset], offset)
-    neighbours = graph.indices[start[row] + offset].long()
+    draws = (torch.rand(n, fanout, dtype=torch.float64, device=dst.device, generator=generator)
+             if fanout > 0 else None)
+    neighbours = backends.for_tensor(dst).sample_neighbors(
+        graph.indptr, graph.indices, dst, indptr, num_edges, fanout, draws)
     src_nodes, local = _relabel(dst, neighbours)
     return SampledBlock(indptr, local, src_nodes, n,
                         max_in_degree=fanout if fanout > 0 else None)
-
-
-def _distinct_offsets(degree, fanout, generator):
-    """(n, fanout) offsets, row r a uniform random ``fanout``-subset of ``[0, degree[r])``
-    (rows of degree <= fanout get some subset of ``[0, fanout)``: unused).
-
-    Floyd's algorithm, vectorised over rows: step j draws t from ``[0, top]`` with
-    ``top = degree - fanout + j`` and keeps ``top`` instead when t was drawn before.
-    """
-    n = degree.numel()
-    total = degree.clamp(min=fanout)
-    draws = torch.rand(n, fanout, dtype=torch.float64, device=degree.device,
-                       generator=generator)
-    chosen = torch.empty(n, fanout, dtype=torch.int64, device=degree.device)
-    for j in range(fanout):
-        top = total - (fanout - j)
-        pick = torch.minimum((draws[:, j] * (top + 1)).long(), top)
-        if j:
-            pick = torch.where((chosen[:, :j] == pick[:, None]).any(1), top, pick)
-        chosen[:, j] = pick
-    return chosen
 
 
 def _relabel(dst, neighbours):

@@ -14,6 +14,7 @@ Precision and determinism:
   bit-deterministic there (the rounding depends on the order of the adds).
 * ``cbsr_sspmm``: global atomic adds into dX: NOT bit-deterministic.
 * ``cbsr_sddmm``: no atomics, bit-deterministic.
+* ``sample_neighbors``: exact, deterministic (integer work on the reference's draws).
 * float64 inputs are not run by the kernels: these functions fall back to the reference for
   them (same results, pure torch on the GPU).
 """
@@ -26,7 +27,8 @@ from . import kernels, launch
 from .launch import KERNEL_DTYPES
 from .runtime import available
 
-__all__ = ["available", "maxk_cbsr", "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "launch"]
+__all__ = ["available", "maxk_cbsr", "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm",
+           "sample_neighbors", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int):
@@ -87,3 +89,15 @@ def cbsr_sddmm(plan, grad_y, x_values, x_indices):
     out = kernels.cbsr_sddmm(group_row, group_start, col, grad_y.to(torch.float32).contiguous(),
                              x_values.contiguous(), x_indices.contiguous())
     return out if grad_y.dtype == torch.float32 else out.to(grad_y.dtype)
+
+
+def sample_neighbors(graph_indptr, graph_indices, dst, block_indptr, num_edges: int,
+                     fanout: int, draws):
+    """The reference's sampled in-neighbours, the same ones: one thread per row (fan-outs
+    up to ``launch.DEFAULTS['sample_neighbors']['max_fanout']``; larger ones go to the
+    reference)."""
+    if fanout > launch.option("sample_neighbors", "max_fanout"):
+        return reference.sample_neighbors(graph_indptr, graph_indices, dst, block_indptr,
+                                          num_edges, fanout, draws)
+    return kernels.sample_neighbors(graph_indptr, graph_indices.contiguous(), dst.contiguous(),
+                                    block_indptr, draws, num_edges, fanout)

@@ -23,12 +23,14 @@ DEFAULTS = {
     "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4},
     "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 32 << 20},
     "cbsr_sddmm": {"persist": 1, "minb": 5},
+    "sample_neighbors": {"max_fanout": 64, "threads": 256},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc"},
             "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "passes"},
-            "cbsr_sddmm": {"persist", "minb", "u"}}
+            "cbsr_sddmm": {"persist", "minb", "u"},
+            "sample_neighbors": {"max_fanout", "threads"}}
 
 _OVERRIDES = contextvars.ContextVar("dgl_maxk_launch_overrides", default={})
 
@@ -164,3 +166,11 @@ def sspmm_passes(n_src: int, k: int) -> int:
         passes = -(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes"))
         passes = passes if passes <= 2 else 1
     return passes
+
+
+def sample_config(graph_indices):
+    """(defines, threads per block) of the neighbour sampler: ``MAX_FANOUT`` is the longest
+    pick list a thread holds (larger fan-outs go to the reference)."""
+    return ({"IDX64": int(graph_indices.dtype == torch.int64),
+             "MAX_FANOUT": option("sample_neighbors", "max_fanout")},
+            option("sample_neighbors", "threads"))

@@ -35,6 +35,7 @@ from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
 from dgl_maxk.training.sampling import (SAMPLERS, device_loader, make_loader,  # noqa: E402
                                         train_epoch)
+from dgl_maxk.training.step import make_optimizer  # noqa: E402
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -78,7 +79,7 @@ def time_variant(model, loader, feats, labels, device, args, world):
     """Warm up, then time ``args.steps`` steps (throughput, no extra synchronisation); with
     ``--breakdown`` a second pass of as many steps splits the time into sampling wait, copy
     and compute (synchronising at each boundary)."""
-    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    opt = make_optimizer(model.parameters(), 0.003)
     common = dict(precision=args.precision)
     train_epoch(model, loader, feats, labels, opt, device, False, max_steps=args.warmup,
                 **common)

@@ -50,7 +50,7 @@ from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
                                          precision_scope)
-from dgl_maxk.training.step import train_step  # noqa: E402
+from dgl_maxk.training.step import make_optimizer, train_step  # noqa: E402
 
 # name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
 GRAPHS = {
@@ -116,7 +116,7 @@ def epoch_step(model, graph, feats, labels, mask, opt, precision):
 def time_training(model, graph, feats, labels, mask, device, epochs, warmup, precision):
     """Median epoch time (ms) and peak memory (GiB, GPU only) of full-graph training."""
     model = model.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    opt = make_optimizer(model.parameters(), 0.01)
     times = []
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -239,7 +239,7 @@ BREAKDOWN = (  # (operation, substrings of CUDA kernel names), first match wins
 
 def profile_epoch(model, graph, feats, labels, mask, device, precision):
     """CUDA time per operation group over one training epoch (ms)."""
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    opt = make_optimizer(model.parameters(), 0.01)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         epoch_step(model, graph, feats, labels, mask, opt, precision)
         torch.cuda.synchronize()

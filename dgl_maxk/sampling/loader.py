@@ -88,13 +88,13 @@ class NeighborLoader:
 
 
 def _tensors(batch):
-    """Every tensor a batch holds (to mark them used by the consumer's stream)."""
+    """Every tensor a batch holds (to mark them used by the consumer's stream); what a plan
+    derives later is made on the consumer's stream."""
     input_nodes, output_nodes, blocks = batch
     yield from (input_nodes, output_nodes)
     for block in blocks:
         plan = block.plan
-        yield from (block.src_nodes, plan.indptr, plan.indices, plan.in_degrees,
-                    plan.out_degrees, plan.dst_of_edge)
+        yield from (block.src_nodes, plan.indptr, plan.indices, plan.in_degrees)
 
 
 def _prefetched(batches, depth, device):

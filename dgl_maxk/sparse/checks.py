@@ -62,17 +62,17 @@ def _nan_message(name, count, where) -> str:
 
 def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
     """Device-side NaN count and first flat position of ``x``, read later (no sync now)."""
-    bad = torch.isnan(x).reshape(-1)
-    first = bad.to(torch.uint8).argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
-    pending.append((name, tuple(x.shape), bad.sum(), first))
+    bad = torch.isnan(x).reshape(-1).view(torch.uint8)  # a view: no copy of the mask
+    first = bad.argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
+    pending.append((name, tuple(x.shape), bad.sum(dtype=torch.int64), first))
 
 
 def _raise_first_nan(pending: list):
     if not pending:
         return
     device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features
-    flags = torch.stack([torch.stack([count.to(device), first.to(device, count.dtype)])
-                         for _, _, count, first in pending]).cpu()  # the one sync
+    flags = torch.stack([t.to(device) for _, _, count, first in pending
+                         for t in (count, first)]).view(-1, 2).cpu()  # the one sync
     for (name, shape, _, _), (count, first) in zip(pending, flags.tolist()):
         if count:
             where = torch.unravel_index(torch.tensor(first), shape)

@@ -20,6 +20,7 @@ inference (a validation pass before training) must still serve training afterwar
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -55,18 +56,27 @@ class GraphPlan:
         self.max_in_degree = max_in_degree
         self.device = indptr.device
         self.in_degrees = indptr[1:] - indptr[:-1]
-        # scatter_add, not bincount: bincount reads the largest index back to the host
-        self.out_degrees = torch.zeros(self.num_src, dtype=torch.int64,
-                                       device=self.device).scatter_add_(
-            0, indices, torch.ones_like(indices))
-        self.dst_of_edge = torch.repeat_interleave(
-            torch.arange(self.num_dst, device=self.device), self.in_degrees,
-            output_size=self.num_edges)
         self._edge_values: dict = {}
         self._edge_groups: dict = {}
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
+
+    @functools.cached_property
+    @torch.inference_mode(False)
+    def out_degrees(self) -> torch.Tensor:
+        """(num_src,) int64, built on first use (scatter_add, not bincount: bincount reads the
+        largest index back to the host)."""
+        ones = torch.ones_like(self.indices)
+        return torch.zeros(self.num_src, dtype=torch.int64,
+                           device=self.device).scatter_add_(0, self.indices, ones)
+
+    @functools.cached_property
+    @torch.inference_mode(False)
+    def dst_of_edge(self) -> torch.Tensor:
+        """(num_edges,) int64: the destination row of each CSR entry, built on first use."""
+        return torch.repeat_interleave(torch.arange(self.num_dst, device=self.device),
+                                       self.in_degrees, output_size=self.num_edges)
 
     def has_zero_in_degree(self) -> bool:
         """Whether some destination node has no in-edge (computed once: a host sync)."""
@@ -115,8 +125,7 @@ class GraphPlan:
             key = (norm, dtype)
             if key not in self._edge_values:
                 with torch.inference_mode(False):
-                    ones = torch.ones(self.num_edges, dtype=dtype, device=self.device)
-                    self._edge_values[key] = self._scaled(ones, norm, dtype)
+                    self._edge_values[key] = self._scaled(None, norm, dtype)
             return self._edge_values[key]
         weights = edge_weight.to(self.device).reshape(-1)
         if self.edge_ids is not None:
@@ -124,13 +133,22 @@ class GraphPlan:
         return self._scaled(weights.to(dtype), norm, dtype)
 
     def _scaled(self, values, norm, dtype):
+        """``values`` (None: all ones) times the source, then the destination node scales of
+        ``norm``, per CSR entry."""
         src = self.node_scale(norm, "src", dtype)
         dst = self.node_scale(norm, "dst", dtype)
+        factors = [values] if values is not None else []
         if src is not None:
-            values = values * src[self.indices]
-        if dst is not None:
-            values = values * dst[self.dst_of_edge]
-        return values
+            factors.append(src[self.indices])
+        if dst is not None:  # repeated row by row: no per-entry row index needed
+            factors.append(torch.repeat_interleave(dst, self.in_degrees,
+                                                   output_size=self.num_edges))
+        if not factors:
+            return torch.ones(self.num_edges, dtype=dtype, device=self.device)
+        out = factors[0]
+        for factor in factors[1:]:
+            out = out * factor
+        return out
 
     def transpose(self):
         """(indptr, indices, perm) of the CSR over source rows: entry i of it is CSR entry

@@ -22,7 +22,7 @@ from .metrics import evaluate
 from .precision import autocast, precision_scope
 from .sampling import epoch_loader, train_epoch
 from .sparse_input import SparseInputLinear
-from .step import train_step
+from .step import make_optimizer, train_step
 
 LOG = logging.getLogger(__name__)
 
@@ -56,8 +56,7 @@ class _SeedRun:
         self.model = build_model(m["name"], dataset.num_features, m["hidden"],
                                  dataset.num_classes, m["layers"], k=m["k"],
                                  dropout=m["dropout"], nonlinearity=m["nonlinearity"]).to(device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=t["lr"],
-                                          weight_decay=t["weight_decay"])
+        self.optimizer = make_optimizer(self.model.parameters(), t["lr"], t["weight_decay"])
         self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
                                                                      T_max=t["epochs"])
                           if t["schedule"] == "cosine" else None)

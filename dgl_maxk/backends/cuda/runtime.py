@@ -107,10 +107,11 @@ def launch(kern, grid: int, block: int, args, smem: int, device: torch.device):
     """Launch ``kern`` on torch's current stream of ``device``."""
     import cupy
     index = device.index if device.index is not None else torch.cuda.current_device()
-    with cupy.cuda.Device(index), _cupy_stream(index):
+    with cupy.cuda.Device(index):
         if smem > SMEM_DEFAULT and kern.max_dynamic_shared_size_bytes < smem:
             kern.max_dynamic_shared_size_bytes = smem
-        kern((int(grid),), (int(block),), args, shared_mem=int(smem))
+        kern((int(grid),), (int(block),), args, shared_mem=int(smem),
+             stream=_cupy_stream(index))
     if SYNC_AFTER_LAUNCH:
         torch.cuda.synchronize(index)
 

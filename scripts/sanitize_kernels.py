@@ -1,4 +1,5 @@
-"""Small runs of every CUDA kernel variant, for compute-sanitizer (memcheck, racecheck).
+"""Small runs of every CUDA kernel variant (the neighbour sampler's too), for
+compute-sanitizer (memcheck, racecheck).
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
@@ -44,6 +45,7 @@ def main():
     for group_size in (8, launch.group_size()):
         with launch.overrides(group_size=group_size):
             bad += check_graph_kernels(group_size, dev)
+    bad += check_sampler(dev)
     torch.cuda.synchronize()
     print("all ok" if bad == 0 else f"{bad} case(s) off")
     return 1 if bad else 0
@@ -79,6 +81,31 @@ def check_graph_kernels(group_size, dev) -> int:
         bad += not ok
         print(f"G={group_size} d={d} k={k} {dtype}: spgemm/sspmm/sddmm rel err "
               f"{errs[0]:.2e} {errs[1]:.2e} {errs[2]:.2e} {'ok' if ok else 'BAD'}")
+    return bad
+
+
+def check_sampler(dev) -> int:
+    """The neighbour sampler on rows of degree 0, at the fan-out, above it and far above it,
+    int32 and int64 graph indices; the number of bad cases."""
+    bad = 0
+    deg = torch.tensor([0, 5, 6, 300, 1, 0, 4, 77, 2], dtype=torch.int64)
+    indptr = torch.zeros(deg.numel() + 1, dtype=torch.int64)
+    torch.cumsum(deg, 0, out=indptr[1:])
+    for index_type in (torch.int32, torch.int64):
+        indices = torch.randint(0, deg.numel(), (int(indptr[-1]),), dtype=index_type).to(dev)
+        dst = torch.tensor([3, 0, 1, 2, 7, 8, 4], device=dev)
+        for fanout in (-1, 1, 5):
+            count = (indptr[1:] - indptr[:-1]).to(dev)[dst]
+            count = count if fanout < 0 else count.clamp(max=fanout)
+            block_indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dev)
+            torch.cumsum(count, 0, out=block_indptr[1:])
+            num_edges = int(block_indptr[-1])
+            draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=dev)
+                     if fanout > 0 else None)
+            args = (indptr.to(dev), indices, dst, block_indptr, num_edges, fanout, draws)
+            ok = torch.equal(cuda.sample_neighbors(*args), reference.sample_neighbors(*args))
+            bad += not ok
+            print(f"sample_neighbors fanout={fanout} {index_type}: {'ok' if ok else 'MISMATCH'}")
     return bad
 
 

@@ -113,9 +113,7 @@ def time_variants(rank, world, device, args, queue):
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
-            if world > 1:
-                model = torch.nn.parallel.DistributedDataParallel(
-                    model, device_ids=[device.index] if device.type == "cuda" else None)
+            model = distributed.data_parallel(model, device)
             loader = make_epoch_loader(sampler, graph, device_graph, train_idx, args, world)
             stats = time_variant(model, loader, feats_d, labels_d, device, args, world)
             seeds = stats["seeds"]

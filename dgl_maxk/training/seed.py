@@ -16,7 +16,7 @@ from ..models import build_model
 from ..sampling import DeviceGraph
 from .checkpoint import (comparable, inspect_seed, move_aside, rng_state, save_checkpoint,
                          seed_everything, set_rng_state, write_json)
-from .distributed import all_reduce_mean, any_process, is_distributed, rank, synchronize
+from .distributed import all_reduce_mean, any_process, data_parallel, rank, synchronize
 from .errors import CheckpointError
 from .metrics import evaluate
 from .precision import autocast, precision_scope
@@ -60,10 +60,7 @@ class _SeedRun:
         self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
                                                                      T_max=t["epochs"])
                           if t["schedule"] == "cosine" else None)
-        self.train_model = self.model
-        if is_distributed():
-            self.train_model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.train_model = data_parallel(self.model, device)
         self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
         self.device_graph = (DeviceGraph.from_dgl(self.graph, device)
                              if cfg["mode"] == "minibatch"

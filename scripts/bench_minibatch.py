@@ -28,6 +28,7 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training import distributed  # noqa: E402
@@ -236,8 +237,9 @@ def main():
     print("\n" + table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "minibatch.json").write_text(json.dumps({"args": vars(args), "results": results},
-                                                   indent=2))
+    environment = envinfo.collect(torch.device(args.device))
+    (out / "minibatch.json").write_text(json.dumps(
+        {"environment": environment, "args": vars(args), "results": results}, indent=2))
     (out / "minibatch.md").write_text(table + "\n")
 
 

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dgl_maxk.backends import cuda, reference  # noqa: E402
 from dgl_maxk.backends.cuda import launch  # noqa: E402
+from dgl_maxk.sampling.sampler import block_indptr  # noqa: E402
 from dgl_maxk.sparse import GraphPlan, index_dtype  # noqa: E402
 
 
@@ -95,14 +96,10 @@ def check_sampler(dev) -> int:
         indices = torch.randint(0, deg.numel(), (int(indptr[-1]),), dtype=index_type).to(dev)
         dst = torch.tensor([3, 0, 1, 2, 7, 8, 4], device=dev)
         for fanout in (-1, 1, 5):
-            count = (indptr[1:] - indptr[:-1]).to(dev)[dst]
-            count = count if fanout < 0 else count.clamp(max=fanout)
-            block_indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dev)
-            torch.cumsum(count, 0, out=block_indptr[1:])
-            num_edges = int(block_indptr[-1])
+            rows, num_edges = block_indptr(indptr.to(dev), dst, fanout)
             draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=dev)
                      if fanout > 0 else None)
-            args = (indptr.to(dev), indices, dst, block_indptr, num_edges, fanout, draws)
+            args = (indptr.to(dev), indices, dst, rows, num_edges, fanout, draws)
             ok = torch.equal(cuda.sample_neighbors(*args), reference.sample_neighbors(*args))
             bad += not ok
             print(f"sample_neighbors fanout={fanout} {index_type}: {'ok' if ok else 'MISMATCH'}")

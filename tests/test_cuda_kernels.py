@@ -14,6 +14,7 @@ import torch
 from dgl_maxk import backends, ops
 from dgl_maxk.backends import cuda, reference
 from dgl_maxk.backends.cuda import launch
+from dgl_maxk.sampling.sampler import block_indptr
 from dgl_maxk.sparse import GraphPlan, index_dtype
 
 pytestmark = pytest.mark.skipif(not cuda.available(), reason="no CUDA GPU with CuPy")
@@ -319,11 +320,7 @@ def test_sample_neighbors_matches_reference(fanout, index_type):
     degrees[:3] = max(fanout, 1) + torch.arange(3)  # at and just above the fan-out
     g_indptr, g_indices = _in_edge_csr(degrees, index_type)
     dst = torch.randperm(n, device=DEV)[:1700]
-    deg = (g_indptr[dst + 1] - g_indptr[dst])
-    count = deg if fanout < 0 else deg.clamp(max=fanout)
-    b_indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=DEV)
-    torch.cumsum(count, 0, out=b_indptr[1:])
-    num_edges = int(b_indptr[-1])
+    b_indptr, num_edges = block_indptr(g_indptr, dst, fanout)
     draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=DEV)
              if fanout > 0 else None)
     got = cuda.sample_neighbors(g_indptr, g_indices, dst, b_indptr, num_edges, fanout, draws)

@@ -219,14 +219,18 @@ def sampler_threads():
 
 # --------------------------------------------------------------------------- 1. the sampler
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 @pytest.mark.parametrize("fanouts", [[3, 2], [-1, 4], [1, 1], [5, -1, 2]],
                          ids=lambda f: "_".join(map(str, f)))
 @pytest.mark.parametrize("kind", GRAPH_KINDS)
-def test_sampled_blocks_are_subgraphs_of_the_graph(kind, fanouts):
+def test_sampled_blocks_are_subgraphs_of_the_graph(kind, fanouts, device):
     g, include = make_graph(kind)
     seeds = pick_seeds(g.num_nodes(), 12, include)
-    graph = DeviceGraph.from_dgl(g, "cpu")
-    result = NeighborSampler(fanouts).sample(graph, seeds, generator())
+    graph = DeviceGraph.from_dgl(g, device)
+    assert graph.device.type == device
+    result = NeighborSampler(fanouts).sample(graph, seeds.to(device), generator(device))
+    assert all(b.device.type == device and b.src_nodes.device.type == device
+               for b in result[2])
     check_sample(result, in_neighbours(g), seeds, fanouts)
 
 
@@ -879,20 +883,6 @@ def test_bad_sampling_config_is_refused(key, value):
 
 
 # --------------------------------------------------------------------------- 7. GPU
-
-@needs_cuda
-@pytest.mark.parametrize("fanouts", [[3, 2], [-1, 4], [1, 1]],
-                         ids=lambda f: "_".join(map(str, f)))
-@pytest.mark.parametrize("kind", GRAPH_KINDS)
-def test_sampled_blocks_on_cuda_are_subgraphs_of_the_graph(kind, fanouts):
-    g, include = make_graph(kind)
-    seeds = pick_seeds(g.num_nodes(), 12, include)
-    graph = DeviceGraph.from_dgl(g, "cuda")
-    assert graph.device.type == "cuda"
-    result = NeighborSampler(fanouts).sample(graph, seeds.cuda(), generator("cuda"))
-    assert all(b.device.type == "cuda" and b.src_nodes.is_cuda for b in result[2])
-    check_sample(result, in_neighbours(g), seeds, fanouts)
-
 
 @needs_cuda
 def test_cuda_loader_prefetch_does_not_change_the_batches():

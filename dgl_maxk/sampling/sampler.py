@@ -98,14 +98,21 @@ class NeighborSampler:
         return dst, seeds, blocks
 
 
+def block_indptr(graph_indptr, dst, fanout: int):
+    """(indptr, num_edges): the CSR row pointers of the block of ``dst`` in the graph of
+    in-edge row pointers ``graph_indptr``, min(in-degree, ``fanout``) entries a row (all for
+    -1). The edge count is read back to the host (it sizes the block)."""
+    degree = graph_indptr[dst + 1] - graph_indptr[dst]
+    count = degree if fanout < 0 else degree.clamp(max=fanout)
+    indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dst.device)
+    torch.cumsum(count, 0, out=indptr[1:])
+    return indptr, int(indptr[-1])
+
+
 def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None):
     """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``."""
     n = dst.numel()
-    degree = graph.indptr[dst + 1] - graph.indptr[dst]
-    count = degree if fanout < 0 else degree.clamp(max=fanout)
-    indptr = torch.zeros(n + 1, dtype=torch.int64, device=dst.device)
-    torch.cumsum(count, 0, out=indptr[1:])
-    num_edges = int(indptr[-1])  # sizes the block: one read back
+    indptr, num_edges = block_indptr(graph.indptr, dst, fanout)
     draws = (torch.rand(n, fanout, dtype=torch.float64, device=dst.device, generator=generator)
              if fanout > 0 else None)
     neighbours = backends.for_tensor(dst).sample_neighbors(

@@ -10,14 +10,12 @@
 
 #include "edge_groups.cuh"
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32, P_MINB)
-cbsr_sddmm(const int* __restrict__ group_row, const long long* __restrict__ group_start,
-           const int* __restrict__ col_idx, const float* __restrict__ dy,
-           const val_t* __restrict__ xv, const idx_t* __restrict__ xi,
-           float* __restrict__ out, long long num_groups, int k, int d) {
-    extern __shared__ float4 smem4[];
+EDGE_GROUP_KERNEL
+cbsr_sddmm(EDGE_GROUP_ARGS, const float* __restrict__ dy, const val_t* __restrict__ xv,
+           const idx_t* __restrict__ xi, float* __restrict__ out, long long num_groups, int k,
+           int d) {
     const LanePlace p;
-    float* buf = reinterpret_cast<float*>(smem4) + p.warp * d;
+    float* buf = warp_smem(p.warp, d);
 
     for_each_group(num_groups, p.warp, [&](long long g) {
         const long long e0 = group_start[g], e1 = group_start[g + 1];

@@ -56,14 +56,12 @@ __device__ __forceinline__ void flush_row(const float* buf, float* yrow, int d, 
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32, P_MINB)
-cbsr_spgemm(const int* __restrict__ group_row, const long long* __restrict__ group_start,
-            const int* __restrict__ col_idx, const float* __restrict__ edge_val,
-            const val_t* __restrict__ xv, const idx_t* __restrict__ xi,
-            float* __restrict__ y, long long num_groups, int k, int d) {
-    extern __shared__ float4 smem4[];
+EDGE_GROUP_KERNEL
+cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val, const val_t* __restrict__ xv,
+            const idx_t* __restrict__ xi, float* __restrict__ y, long long num_groups, int k,
+            int d) {
     const LanePlace p;
-    float* buf = reinterpret_cast<float*>(smem4) + p.warp * (P_NB * d);
+    float* buf = warp_smem(p.warp, P_NB * d);
     float* mybuf = buf + (P_NB == 1 ? 0 : p.sub) * d;
 #if P_NOACC
     float sink = 0.f;

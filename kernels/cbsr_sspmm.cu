@@ -11,16 +11,14 @@
 
 #include "edge_groups.cuh"
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32, P_MINB)
-cbsr_sspmm(const int* __restrict__ group_row, const long long* __restrict__ group_start,
-           const int* __restrict__ col_idx, const float* __restrict__ edge_val,
-           const float* __restrict__ dy, const idx_t* __restrict__ xi,
-           float* __restrict__ dx, long long num_groups, int k, int d, int c_lo, int c_hi) {
+EDGE_GROUP_KERNEL
+cbsr_sspmm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val, const float* __restrict__ dy,
+           const idx_t* __restrict__ xi, float* __restrict__ dx, long long num_groups, int k,
+           int d, int c_lo, int c_hi) {
     // Only edges whose source c lies in [c_lo, c_hi) are pushed: the launcher may split the
     // sources into passes so that the slice of dX being updated stays in L2.
-    extern __shared__ float4 smem4[];
     const LanePlace p;
-    float* buf = reinterpret_cast<float*>(smem4) + p.warp * d;
+    float* buf = warp_smem(p.warp, d);
 
     for_each_group(num_groups, p.warp, [&](long long g) {
         const long long e0 = group_start[g], e1 = group_start[g + 1];

@@ -123,6 +123,19 @@ __device__ __forceinline__ void stage_row(float* buf, const float* row, int d, i
 #endif
 }
 
+// Every edge-group kernel's entry: WARPS warps a block, at least P_MINB blocks an SM; its
+// arguments start with the groups' rows (bit 31: a row of several groups), their first CSR
+// entries (one more than there are groups) and the CSR's source columns.
+#define EDGE_GROUP_KERNEL extern "C" __global__ void __launch_bounds__(WARPS * 32, P_MINB)
+#define EDGE_GROUP_ARGS const int* __restrict__ group_row, \
+    const long long* __restrict__ group_start, const int* __restrict__ col_idx
+
+// This warp's part of the block's dynamic shared memory: floats_per_warp floats.
+__device__ __forceinline__ float* warp_smem(int warp, int floats_per_warp) {
+    extern __shared__ float4 smem4[];
+    return reinterpret_cast<float*>(smem4) + warp * floats_per_warp;
+}
+
 // Where a lane sits: its warp in the block, its sub-group and its place in the sub-group.
 struct LanePlace {
     int lane, warp, sub, sl;

@@ -958,3 +958,17 @@ def test_sampled_block_plan_and_layer_need_no_host_sync():
     assert groups[3] is False and torch.equal(groups[1], indptr)
     torch.testing.assert_close(out, expected.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad, expected_grad, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- review findings
+
+@pytest.mark.parametrize("run_seed", [20240101, 2 ** 32 - 1])
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_large_run_seeds_sample(run_seed, prefetch, planted):
+    """Any seed the config accepts (seed_everything takes up to 2^32 - 1) must sample: the
+    loader's derived seeds (run seed x 100003^2 x 1009) must stay in a generator's range."""
+    train_idx = planted.train_mask.nonzero().squeeze(1)
+    graph = DeviceGraph.from_dgl(planted.graph, "cpu")
+    section = {"fanouts": [3, 3], "batch_size": 32, "sampler": "device", "prefetch": prefetch}
+    loader = sampling.epoch_loader(planted.graph, train_idx, section, run_seed, 1, graph)
+    assert len(list(loader)) == len(loader)

@@ -18,6 +18,10 @@ import torch
 from .sampler import DeviceGraph, NeighborSampler
 
 _END = object()
+#: torch.Generator.manual_seed takes seeds below 2^64; the derived seeds of large run seeds
+#: (run seed x 100003 x 100003 x 1009) go past it. Reducing modulo 2^64 keeps every seed
+#: that fitted, so their batches do not change.
+_SEED_RANGE = 1 << 64
 
 
 class NeighborLoader:
@@ -58,7 +62,7 @@ class NeighborLoader:
         """This process's seeds for the pass of ``pass_seed``, in order."""
         order = self.seeds
         if self.shuffle:
-            gen = torch.Generator().manual_seed(pass_seed)
+            gen = torch.Generator().manual_seed(pass_seed % _SEED_RANGE)
             order = order[torch.randperm(order.numel(), generator=gen)]
         per_rank = -(-order.numel() // self.world_size)
         if per_rank * self.world_size > order.numel() > 0:
@@ -72,7 +76,8 @@ class NeighborLoader:
 
     def _batches(self, share, pass_seed: int):
         device = self.graph.device
-        generator = torch.Generator(device=device).manual_seed(pass_seed * 1_009 + self.rank)
+        generator = torch.Generator(device=device).manual_seed(
+            (pass_seed * 1_009 + self.rank) % _SEED_RANGE)
         share = share.to(device)
         for i in range(len(self)):
             seeds = share[i * self.batch_size:(i + 1) * self.batch_size]

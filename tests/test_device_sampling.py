@@ -972,3 +972,30 @@ def test_large_run_seeds_sample(run_seed, prefetch, planted):
     section = {"fanouts": [3, 3], "batch_size": 32, "sampler": "device", "prefetch": prefetch}
     loader = sampling.epoch_loader(planted.graph, train_idx, section, run_seed, 1, graph)
     assert len(list(loader)) == len(loader)
+
+
+def test_resume_with_another_prefetch(planted, tmp_path):
+    """sampling.prefetch does not change a run's result (the loader's docstring), so a run
+    stopped with one prefetch must resume with another (e.g. stopped on a GPU, where the
+    user set prefetch: 2, resumed with the default)."""
+    cfg = minibatch_config(**{"sampling.prefetch": 0})
+    assert T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False,
+                      budget=runner.Budget(epochs=2)) is None
+    resumed = T.run_seed(minibatch_config(**{"sampling.prefetch": 2}), planted, 0, "cpu",
+                         tmp_path, progress=False)
+    assert len(resumed["history"]) == cfg["train"]["epochs"]
+
+
+def test_resume_a_minibatch_checkpoint_from_before_the_sampler_key(planted, tmp_path):
+    """A minibatch checkpoint written before sampling.sampler/prefetch existed sampled with
+    DGL's sampler: it must resume under sampling.sampler=dgl."""
+    cfg = minibatch_config(**{"sampling.sampler": "dgl"})
+    assert T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False,
+                      budget=runner.Budget(epochs=2)) is None
+    path = tmp_path / "checkpoint.pt"
+    ckpt = torch.load(path, weights_only=False)
+    for key in ("sampler", "prefetch"):  # the checkpoint as the previous version wrote it
+        del ckpt["config"]["sampling"][key]
+    torch.save(ckpt, path)
+    resumed = T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False)
+    assert len(resumed["history"]) == cfg["train"]["epochs"]

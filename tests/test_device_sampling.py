@@ -999,3 +999,44 @@ def test_resume_a_minibatch_checkpoint_from_before_the_sampler_key(planted, tmp_
     torch.save(ckpt, path)
     resumed = T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False)
     assert len(resumed["history"]) == cfg["train"]["epochs"]
+
+
+_CLOSED_ON_PRODUCER = r"""
+import threading, time, torch, dgl
+from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
+
+class ClosingSampler(NeighborSampler):
+    # closes the consumer's iterator from the producer thread, as a garbage collection run
+    # in that thread does when the iterator is only reachable through a reference cycle
+    # (an exception raised in the loop body and kept, e.g. ``except ... as err: errors.append(err)``)
+    iterator, calls = None, 0
+
+    def sample(self, graph, seeds, generator=None):
+        self.calls += 1
+        if self.calls == 3:
+            self.iterator.close()
+        return super().sample(graph, seeds, generator)
+
+sampler = ClosingSampler([2])
+loader = NeighborLoader(DeviceGraph.from_dgl(dgl.rand_graph(100, 400), "cpu"),
+                        torch.arange(100), sampler, 4, prefetch=1)
+sampler.iterator = iter(loader)
+next(sampler.iterator)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline and any(
+        t.name == "dgl_maxk-sampler" for t in threading.enumerate()):
+    time.sleep(0.05)
+print("alive", any(t.name == "dgl_maxk-sampler" for t in threading.enumerate()))
+"""
+
+
+def test_iterator_finalized_on_the_producer_thread_lets_it_end():
+    """The loader's cleanup (stop, drain, join) may run on the producer thread itself when
+    the cyclic garbage collector finalizes the consumer's iterator there; it must not wait
+    for itself (it spun forever in ``while thread.is_alive()``)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-c", _CLOSED_ON_PRODUCER], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("alive False"), r.stdout + r.stderr[-2000:]

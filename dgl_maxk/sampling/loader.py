@@ -126,10 +126,14 @@ def _prefetched(batches, depth, device):
             yield batch
     finally:
         stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            with contextlib.suppress(queue.Empty):
-                ready.get(timeout=0.01)
-        thread.join()
+        # The garbage collector may finalize this generator on the producer thread itself
+        # (when an exception kept in a reference cycle holds it): the producer then sees
+        # ``stop`` once this returns, and must not wait for itself.
+        if threading.current_thread() is not thread:
+            while thread.is_alive():  # unblock a producer waiting on a full queue
+                with contextlib.suppress(queue.Empty):
+                    ready.get(timeout=0.01)
+            thread.join()
 
 
 def _produce(batches, ready, stop, device):

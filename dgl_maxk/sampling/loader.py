@@ -107,7 +107,11 @@ def _prefetched(batches, depth, device):
     ready = queue.Queue(maxsize=depth)
     stop = threading.Event()
     cuda = device.type == "cuda"
-    thread = threading.Thread(target=_produce, args=(batches, ready, stop, device),
+    # The side stream starts after the work queued so far on the caller's stream (the
+    # graph's CSR may still be in the making there: PyTorch's side streams do not wait for
+    # the default stream).
+    ready_event = torch.cuda.current_stream(device).record_event() if cuda else None
+    thread = threading.Thread(target=_produce, args=(batches, ready, stop, device, ready_event),
                               daemon=True, name="dgl_maxk-sampler")
     thread.start()
     try:
@@ -136,7 +140,7 @@ def _prefetched(batches, depth, device):
             thread.join()
 
 
-def _produce(batches, ready, stop, device):
+def _produce(batches, ready, stop, device, start_after=None):
     def put(item):
         while not stop.is_set():
             with contextlib.suppress(queue.Full):
@@ -146,6 +150,8 @@ def _produce(batches, ready, stop, device):
 
     try:
         stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        if start_after is not None:
+            stream.wait_event(start_after)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             for batch in batches:
                 event = stream.record_event() if stream is not None else None

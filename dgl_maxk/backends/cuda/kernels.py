@@ -38,9 +38,17 @@ def _custom_op(name: str, fake):
 
         @functools.wraps(fn)
         def call(*args):
-            return op(*args) if torch.compiler.is_compiling() else fn(*args)
+            return op(*args) if _traced() else fn(*args)
         return call
     return declare
+
+
+def _traced() -> bool:
+    """Whether a call must go through the op: under torch.compile / export, TorchScript
+    tracing (which records the op, not a raw launch it cannot see) or a dispatch mode
+    (FakeTensorMode, make_fx, FlopCounterMode: tensors without data to launch on)."""
+    return (torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None
+            or torch._C._len_torch_dispatch_stack() > 0)
 
 
 def _launch_over_groups(name: str, config, num_groups: int, device, args):

@@ -1040,3 +1040,21 @@ def test_iterator_finalized_on_the_producer_thread_lets_it_end():
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("alive False"), r.stdout + r.stderr[-2000:]
+
+
+def test_restore_keeps_the_optimizer_this_device_uses(planted, tmp_path):
+    """A checkpoint of a GPU run holds fused Adam's param groups ('fused': True);
+    load_state_dict copies them, so a CPU resume ran fused Adam (not supported on the CPU
+    before torch 2.4, and not the update an uninterrupted CPU run makes)."""
+    cfg = minibatch_config()
+    assert T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False,
+                      budget=runner.Budget(epochs=2)) is None
+    path = tmp_path / "checkpoint.pt"
+    ckpt = torch.load(path, weights_only=False)
+    for group in ckpt["optimizer"]["param_groups"]:  # as a GPU run writes it
+        group["fused"] = True
+    from dgl_maxk.training.seed import _SeedRun
+    run = _SeedRun(cfg, planted, 0, torch.device("cpu"))
+    fresh = [g["fused"] for g in run.optimizer.param_groups]
+    run.restore(ckpt)
+    assert [g["fused"] for g in run.optimizer.param_groups] == fresh

@@ -78,7 +78,12 @@ class _SeedRun:
     def restore(self, ckpt: dict) -> dict:
         """Load a checkpoint's model, optimizer, scheduler and RNG states; its run state."""
         self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        # load_state_dict takes the saved groups' options: keep this device's choice of
+        # fused Adam (a GPU run's checkpoint resumed on a CPU, or the other way round)
+        state = ckpt["optimizer"]
+        for saved, group in zip(state["param_groups"], self.optimizer.param_groups):
+            saved["fused"] = group["fused"]
+        self.optimizer.load_state_dict(state)
         if self.scheduler is not None:
             self.scheduler.load_state_dict(ckpt["scheduler"])
         set_rng_state(ckpt["rng"], self.device)

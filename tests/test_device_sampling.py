@@ -962,14 +962,15 @@ def test_sampled_block_plan_and_layer_need_no_host_sync():
 
 # --------------------------------------------------------------------------- review findings
 
-@pytest.mark.parametrize("run_seed", [20240101, 2 ** 32 - 1])
-@pytest.mark.parametrize("prefetch", [0, 1])
-def test_large_run_seeds_sample(run_seed, prefetch, planted):
+@pytest.mark.parametrize("run_seed", [42424, 20240101, 2 ** 32 - 1])
+@pytest.mark.parametrize("sampler, prefetch", [("device", 0), ("device", 1), ("dgl", None)])
+def test_large_run_seeds_sample(run_seed, sampler, prefetch, planted):
     """Any seed the config accepts (seed_everything takes up to 2^32 - 1) must sample: the
-    loader's derived seeds (run seed x 100003^2 x 1009) must stay in a generator's range."""
+    loader's derived seeds (run seed x 100003^2 x 1009) must stay in a generator's range,
+    and dgl.seed takes only int32 (run seed x 100003 + epoch)."""
     train_idx = planted.train_mask.nonzero().squeeze(1)
     graph = DeviceGraph.from_dgl(planted.graph, "cpu")
-    section = {"fanouts": [3, 3], "batch_size": 32, "sampler": "device", "prefetch": prefetch}
+    section = {"fanouts": [3, 3], "batch_size": 32, "sampler": sampler, "prefetch": prefetch}
     loader = sampling.epoch_loader(planted.graph, train_idx, section, run_seed, 1, graph)
     assert len(list(loader)) == len(loader)
 

@@ -56,7 +56,7 @@ def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
     if sampling["sampler"] == "device":
         return device_loader(device_graph, seeds, fanouts, batch_size, epoch_seed,
                              sampling["prefetch"])
-    dgl.seed(epoch_seed)
+    dgl.seed(epoch_seed % 2 ** 31)  # DGL's seed is an int32; seeds that fit are unchanged
     return make_loader(graph, seeds, fanouts, batch_size, epoch_seed,
                        use_ddp=world_size() > 1)
 

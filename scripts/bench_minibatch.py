@@ -4,8 +4,8 @@ On an ogbn-products-sized generated graph (2,449,029 nodes, ~123.7M edges, 100 f
 classes, 8% training seeds as in ogbn-products), GraphSAGE 3 x 256 with fan-outs 15,10,5 and
 batches of 1024 seeds: for each variant and GPU count, the time of ``--steps`` training steps
 per process after warm-up, the throughput in seed nodes per second (all processes together),
-the epoch time it implies, and where the time goes (sampling on the CPU, feature gathering and
-copying, compute). The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of
+the epoch time it implies, and where the time goes (waiting for the sampler, feature gathering
+and copying, compute), with dgl_maxk's device sampler and DGL's CPU sampler side by side. The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of
 ``dgl.nn.SAGEConv`` with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU
 with the DGL wheels of the package index). Processes are forked, one per GPU, and joined
 through NCCL with DistributedDataParallel. Each step is the trainer's own

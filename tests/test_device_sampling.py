@@ -19,6 +19,7 @@ import gc
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -1059,3 +1060,55 @@ def test_restore_keeps_the_optimizer_this_device_uses(planted, tmp_path):
     fresh = [g["fused"] for g in run.optimizer.param_groups]
     run.restore(ckpt)
     assert [g["fused"] for g in run.optimizer.param_groups] == fresh
+
+
+# --------------------------------------------------------------------------- input handling
+
+def test_device_graph_checks_its_tensors():
+    with pytest.raises(ValueError, match="int64"):
+        DeviceGraph(torch.zeros(6, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 5)
+    with pytest.raises(ValueError, match="int32 or int64"):
+        DeviceGraph(torch.zeros(6, dtype=torch.int64), torch.zeros(0), 5)
+
+
+@pytest.mark.parametrize("fanouts", [[2.5], [True, 2], [], [0], [-2]])
+def test_fanouts_must_be_positive_integers_or_minus_one(fanouts):
+    with pytest.raises(ValueError, match="positive integers"):
+        NeighborSampler(fanouts)
+
+
+def test_sample_takes_any_integer_seeds_and_returns_them_as_int64():
+    g = dgl.rand_graph(50, 300)
+    graph = DeviceGraph.from_dgl(g, "cpu")
+    picks = random.sample(range(50), 7)
+    for seeds in (picks, torch.tensor(picks, dtype=torch.int32)):
+        input_nodes, output_nodes, blocks = NeighborSampler([3]).sample(graph, seeds)
+        assert output_nodes.dtype == torch.int64 and output_nodes.tolist() == picks
+        assert torch.equal(blocks[0].dst_nodes, output_nodes)
+
+
+def test_device_graph_of_is_cached_until_the_graph_changes():
+    g = dgl.rand_graph(30, 100)
+    first = DeviceGraph.of(g, "cpu")
+    assert DeviceGraph.of(g, "cpu") is first
+    g.add_edges(torch.tensor([0]), torch.tensor([1]))
+    changed = DeviceGraph.of(g, "cpu")
+    assert changed is not first and changed.indices.numel() == first.indices.numel() + 1
+
+
+def test_the_callers_context_reaches_the_producer_thread():
+    """Context variables (input checks, launch overrides) hold while the producer samples."""
+    seen = []
+
+    class Recording(NeighborSampler):
+        def sample(self, graph, seeds, generator=None):
+            seen.append((threading.current_thread().name, dgl_maxk.sparse.checks_enabled()))
+            return super().sample(graph, seeds, generator)
+
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(40, 200), "cpu")
+    loader = NeighborLoader(graph, torch.arange(40), Recording([2]), 10, prefetch=1)
+    with dgl_maxk.input_checks(False):
+        batches = list(loader)
+    assert len(batches) == 4 and seen and all(name == THREAD_NAME and not enabled
+                                              for name, enabled in seen)
+

@@ -4,12 +4,13 @@
 over the seed nodes per iteration, shuffled from its ``seed``, this process's share of them
 under data parallelism, and each batch sampled by a producer thread on its own CUDA stream
 while the step before it computes (``prefetch`` batches ahead; 0 samples in the caller's
-thread). The batches and their order depend only on ``seed`` and the rank, not on
-``prefetch`` or timing.
+thread). The batches and their order depend only on ``seed``, the pass number, the rank and
+the number of processes, not on ``prefetch`` or timing.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import queue
 import threading
 
@@ -76,6 +77,7 @@ class NeighborLoader:
 
     def _batches(self, share, pass_seed: int):
         device = self.graph.device
+        # each rank its own stream of draws (world sizes stay far below the prime step)
         generator = torch.Generator(device=device).manual_seed(
             (pass_seed * 1_009 + self.rank) % _SEED_RANGE)
         share = share.to(device)
@@ -84,7 +86,9 @@ class NeighborLoader:
             yield self.sampler.sample(self.graph, seeds, generator)
 
     def __iter__(self):
-        pass_seed = self.seed * 100_003 + self.passes  # read now: the batches come lazily
+        # one seed per (loader seed, pass): a prime step, so that nearby loader seeds (the
+        # trainer's run seeds) do not share passes; read now, the batches come lazily
+        pass_seed = self.seed * 100_003 + self.passes
         self.passes += 1
         batches = self._batches(self._share(pass_seed), pass_seed)
         if self.prefetch == 0:
@@ -111,7 +115,9 @@ def _prefetched(batches, depth, device):
     # graph's CSR may still be in the making there: PyTorch's side streams do not wait for
     # the default stream).
     ready_event = torch.cuda.current_stream(device).record_event() if cuda else None
-    thread = threading.Thread(target=_produce, args=(batches, ready, stop, device, ready_event),
+    # the caller's context (launch overrides, input checks) holds on the producer's thread
+    thread = threading.Thread(target=contextvars.copy_context().run,
+                              args=(_produce, batches, ready, stop, device, ready_event),
                               daemon=True, name="dgl_maxk-sampler")
     thread.start()
     try:

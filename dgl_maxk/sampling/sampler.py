@@ -1,13 +1,17 @@
 """Uniform neighbour sampling without replacement, in torch, on the device of the graph.
 
 The neighbours of each row are picked by ``sample_neighbors`` of the tensors' backend (one
-CUDA kernel, or the pure-torch reference). Each layer's block costs two reads back to the host (its edge count and its number of source
-nodes, which size its tensors); everything else stays on the device. The result is that of
+CUDA kernel, or the pure-torch reference). Each layer's block costs two reads back to the
+host (its edge count and its number of source nodes, which size its tensors); everything
+else stays on the device. The result is that of
 DGL's ``NeighborSampler`` with ``replace=False`` in distribution: every destination node keeps
 ``min(in-degree, fan-out)`` in-neighbours, each subset of that size equally likely. The
 random streams differ from DGL's.
 """
 from __future__ import annotations
+
+import numbers
+import weakref
 
 import torch
 
@@ -26,14 +30,32 @@ class DeviceGraph:
     """
 
     def __init__(self, indptr, indices, num_nodes):
-        if indptr.numel() != num_nodes + 1:
-            raise ValueError(f"indptr must have num_nodes + 1 = {num_nodes + 1} entries, got "
-                             f"{indptr.numel()}")
+        if indptr.dtype != torch.int64 or indptr.shape != (num_nodes + 1,):
+            raise ValueError(f"indptr must be int64 with num_nodes + 1 = {num_nodes + 1} "
+                             f"entries, got {indptr.dtype} of shape {tuple(indptr.shape)}")
+        if indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
+            raise ValueError(f"indices must be a 1-d int32 or int64 tensor, got {indices.dtype} "
+                             f"{tuple(indices.shape)}")
+        if indices.device != indptr.device:
+            raise ValueError(f"indptr is on {indptr.device} but indices on {indices.device}")
         self.indptr, self.indices, self.num_nodes = indptr, indices, int(num_nodes)
 
     @property
     def device(self):
         return self.indptr.device
+
+    @classmethod
+    def of(cls, graph, device) -> "DeviceGraph":
+        """:meth:`from_dgl`, built once per graph and device and cached on the graph (a
+        structural change of the graph replaces DGL's graph index and the cached copy)."""
+        device = torch.device(device)
+        entry = _DEVICE_GRAPHS.get(graph)
+        if entry is None or entry[0] is not graph._graph:
+            entry = (graph._graph, {})
+            _DEVICE_GRAPHS[graph] = entry
+        if device not in entry[1]:
+            entry[1][device] = cls.from_dgl(graph, device)
+        return entry[1][device]
 
     @classmethod
     def from_dgl(cls, graph, device) -> "DeviceGraph":
@@ -56,12 +78,19 @@ class DeviceGraph:
                 f"device={self.device})")
 
 
-def _check_fanouts(fanouts):
-    fanouts = [int(f) for f in fanouts]
-    if not fanouts or not all(f > 0 or f == -1 for f in fanouts):
-        raise ValueError(f"fan-outs must be positive or -1 (all neighbours), one per layer; "
-                         f"got {fanouts}")
-    return fanouts
+_DEVICE_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+#: What a list of fan-outs must be (the sampler's rule, also the config's).
+FANOUTS_RULE = "must be a non-empty list of positive integers (or -1 for all neighbours)"
+
+
+def check_fanouts(fanouts) -> list:
+    """``fanouts`` as a list of ints, one per layer, each positive or -1; else a ValueError."""
+    fanouts = list(fanouts)
+    if not fanouts or not all(isinstance(f, numbers.Integral) and not isinstance(f, bool)
+                              and (f > 0 or f == -1) for f in fanouts):
+        raise ValueError(f"fan-outs {FANOUTS_RULE}, one per layer; got {fanouts!r}")
+    return [int(f) for f in fanouts]
 
 
 class NeighborSampler:
@@ -84,13 +113,19 @@ class NeighborSampler:
     """
 
     def __init__(self, fanouts):
-        self.fanouts = _check_fanouts(fanouts)
+        self.fanouts = check_fanouts(fanouts)
 
     def sample(self, graph: DeviceGraph, seeds: torch.Tensor, generator=None):
-        """(input_nodes, output_nodes, blocks) for ``seeds`` (global ids, no repeats), as
-        DGL's loaders give them: ``blocks[0]`` is the input layer's, and each block's source
-        nodes start with its destination nodes."""
-        dst = seeds.to(graph.device, torch.int64)
+        """(input_nodes, output_nodes, blocks) for ``seeds`` (global ids in
+        ``[0, graph.num_nodes)`` without repeats, any integer tensor or sequence), as DGL's
+        loaders give them, int64 on the graph's device: ``blocks[0]`` is the input layer's,
+        and each block's source nodes start with its destination nodes. The seeds are not
+        scanned (that would read them back to the host each batch):
+        :class:`~dgl_maxk.sampling.NeighborLoader` checks its seeds once."""
+        seeds = torch.as_tensor(seeds).to(graph.device, torch.int64)
+        if seeds.dim() != 1:
+            raise ValueError(f"seeds must be 1-d, got shape {tuple(seeds.shape)}")
+        dst = seeds
         blocks = []
         for fanout in reversed(self.fanouts):
             blocks.insert(0, sample_block(graph, dst, fanout, generator))

@@ -8,4 +8,5 @@ from .checks import check_features, check_k, checks_enabled, deferred_checks, in
 from .plan import NORMS, GraphPlan, SampledBlock, check_graph, graph_plan
 
 __all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k", "checks_enabled",
-           "deferred_checks", "input_checks", "NORMS", "GraphPlan", "SampledBlock", "check_graph", "graph_plan"]
+           "deferred_checks", "input_checks", "NORMS", "GraphPlan", "SampledBlock",
+           "check_graph", "graph_plan"]

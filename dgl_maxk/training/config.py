@@ -33,6 +33,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 
 from ..data import canonical_name, check_params, dataset_names
 from ..models import MODELS
+from ..sampling.sampler import FANOUTS_RULE, check_fanouts
 from .errors import ConfigError
 
 __all__ = ["ConfigError", "ExperimentConfig", "load_config", "validate_config",
@@ -52,10 +53,10 @@ def _seed_list(seeds):
 
 
 def _fanouts_ok(fanouts):
-    if not fanouts or not all(f > 0 or f == -1 for f in fanouts):
-        raise ValueError("must be a non-empty list of positive integers "
-                         "(or -1 for all neighbours)")
-    return fanouts
+    try:
+        return check_fanouts(fanouts)
+    except ValueError:
+        raise ValueError(FANOUTS_RULE) from None
 
 
 class _Section(BaseModel):

@@ -62,7 +62,7 @@ class _SeedRun:
                           if t["schedule"] == "cosine" else None)
         self.train_model = data_parallel(self.model, device)
         self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
-        self.device_graph = (DeviceGraph.from_dgl(self.graph, device)
+        self.device_graph = (DeviceGraph.of(self.graph, device)
                              if cfg["mode"] == "minibatch"
                              and cfg["sampling"]["sampler"] == "device" else None)
         self.features = dataset.features.to(device)

@@ -161,6 +161,9 @@ def sample_neighbors(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
     if n == 0 or num_edges == 0:
         return out
     defines, threads = cfg.sample_config(graph_indices)
+    if fanout > defines["MAX_FANOUT"]:  # the kernel's per-thread pick list
+        raise ValueError(f"the sampling kernel takes fan-outs up to {defines['MAX_FANOUT']}, "
+                         f"got {fanout}")
     kern = kernel("sample_neighbors", "sample_neighbors", defines, dst.device.index)
     launch(kern, -(-n // threads), threads,
            (ptr(graph_indptr), ptr(graph_indices), ptr(dst), ptr(block_indptr),

@@ -34,8 +34,7 @@ from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training import distributed  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
-from dgl_maxk.training.sampling import (SAMPLERS, device_loader, make_loader,  # noqa: E402
-                                        train_epoch)
+from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
 from dgl_maxk.training.step import make_optimizer  # noqa: E402
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
@@ -65,15 +64,6 @@ def worker(rank, world, args, port, queue):
         time_variants(rank, world, device, args, queue)
     if world > 1:
         torch.distributed.destroy_process_group()
-
-
-def make_epoch_loader(sampler, graph, device_graph, train_idx, args, world):
-    """The loader of one sampler: dgl_maxk's on the device, or DGL's on the CPU."""
-    if sampler == "device":
-        return device_loader(device_graph, train_idx, args.fanouts, args.batch_size, args.seed,
-                             prefetch=args.prefetch)
-    return make_loader(graph, train_idx, args.fanouts, args.batch_size, args.seed,
-                       use_ddp=world > 1)
 
 
 def time_variant(model, loader, feats, labels, device, args, world):
@@ -115,7 +105,9 @@ def time_variants(rank, world, device, args, queue):
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
             model = distributed.data_parallel(model, device)
-            loader = make_epoch_loader(sampler, graph, device_graph, train_idx, args, world)
+            sampling = {"sampler": sampler, "fanouts": args.fanouts,
+                        "batch_size": args.batch_size, "prefetch": args.prefetch}
+            loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
             stats = time_variant(model, loader, feats_d, labels_d, device, args, world)
             seeds = stats["seeds"]
             stats = distributed.all_reduce_mean(stats, device)

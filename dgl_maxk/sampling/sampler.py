@@ -3,10 +3,9 @@
 The neighbours of each row are picked by ``sample_neighbors`` of the tensors' backend (one
 CUDA kernel, or the pure-torch reference). Each layer's block costs two reads back to the
 host (its edge count and its number of source nodes, which size its tensors); everything
-else stays on the device. The result is that of
-DGL's ``NeighborSampler`` with ``replace=False`` in distribution: every destination node keeps
-``min(in-degree, fan-out)`` in-neighbours, each subset of that size equally likely. The
-random streams differ from DGL's.
+else stays on the device. The result is that of DGL's ``NeighborSampler`` with
+``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
+in-neighbours, each subset of that size equally likely. The random streams differ from DGL's.
 """
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ import torch
 
 from .. import backends
 from ..sparse import SampledBlock
+from ..sparse.plan import cached_per_graph
 
 
 class DeviceGraph:
@@ -48,14 +48,7 @@ class DeviceGraph:
     def of(cls, graph, device) -> "DeviceGraph":
         """:meth:`from_dgl`, built once per graph and device and cached on the graph (a
         structural change of the graph replaces DGL's graph index and the cached copy)."""
-        device = torch.device(device)
-        entry = _DEVICE_GRAPHS.get(graph)
-        if entry is None or entry[0] is not graph._graph:
-            entry = (graph._graph, {})
-            _DEVICE_GRAPHS[graph] = entry
-        if device not in entry[1]:
-            entry[1][device] = cls.from_dgl(graph, device)
-        return entry[1][device]
+        return cached_per_graph(_DEVICE_GRAPHS, graph, torch.device(device), cls.from_dgl)
 
     @classmethod
     def from_dgl(cls, graph, device) -> "DeviceGraph":

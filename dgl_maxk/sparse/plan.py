@@ -290,11 +290,17 @@ def graph_plan(graph, device) -> GraphPlan:
         raise DGLError(
             f"the graph is on {graph.device} but the features are on {device}; move one of "
             "them (a graph on the CPU may be used with features on any device)")
-    entry = _PLANS.get(graph)
+    return cached_per_graph(_PLANS, graph, device, GraphPlan.from_graph)
+
+
+def cached_per_graph(cache, graph, device, build):
+    """``build(graph, device)``, kept in ``cache`` (a WeakKeyDictionary) per DGL graph and
+    device until the graph's structure changes (``add_edges``, ... replace DGL's graph
+    index)."""
+    entry = cache.get(graph)
     if entry is None or entry[0] is not graph._graph:
-        entry = (graph._graph, {})  # a new DGL graph index means the structure changed
-        _PLANS[graph] = entry
-    plans = entry[1]
-    if device not in plans:
-        plans[device] = GraphPlan.from_graph(graph, device)
-    return plans[device]
+        entry = (graph._graph, {})
+        cache[graph] = entry
+    if device not in entry[1]:
+        entry[1][device] = build(graph, device)
+    return entry[1][device]

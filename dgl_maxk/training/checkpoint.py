@@ -122,15 +122,13 @@ def comparable(cfg) -> dict:
     """The part of a config that decides a run's result (for resume checks)."""
     keys = ("mode", "dataset", "model", "train") + (("sampling",) if cfg["mode"] == "minibatch"
                                                       else ())
-    out = json.loads(json.dumps({k: cfg[k] for k in keys}))
-    if "sampling" in out:
-        out["sampling"].pop("prefetch", None)  # how far ahead batches are made, not which
-    return out
+    return _normalized(json.loads(json.dumps({k: cfg[k] for k in keys})))
 
 
-def _stored_comparable(config: dict) -> dict:
-    """A checkpoint's config as :func:`comparable` gives it now: checkpoints from before
-    ``sampling.sampler`` sampled with DGL's sampler, and may hold ``sampling.prefetch``."""
+def _normalized(config: dict) -> dict:
+    """``config`` without what does not decide the result (``sampling.prefetch``: how far
+    ahead batches are made, not which), and with what older checkpoints left implicit
+    (before ``sampling.sampler`` existed, DGL's sampler sampled)."""
     sampling = config.get("sampling")
     if sampling is not None:
         sampling.setdefault("sampler", "dgl")
@@ -161,7 +159,7 @@ def inspect_seed(seed_dir: Path, cfg: dict, seed: int) -> SeedFiles:
     except CheckpointError as err:
         return SeedFiles(result=result) if result is not None else SeedFiles(
             unreadable=str(err))
-    if _stored_comparable(ckpt["config"]) != comparable(cfg) or ckpt["seed"] != seed:
+    if _normalized(ckpt["config"]) != comparable(cfg) or ckpt["seed"] != seed:
         raise ConfigError(f"{ckpt_path} was written for another config or seed; "
                           "refusing to resume from it")
     if ckpt["state"]["finished"] and result is not None:

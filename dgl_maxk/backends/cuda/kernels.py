@@ -18,7 +18,6 @@ import torch
 
 from ...sparse.cbsr import index_dtype
 from . import launch as cfg
-
 from .runtime import grid, i32, i64, kernel, launch, ptr
 
 #: The one version shim: custom ops where torch has them.

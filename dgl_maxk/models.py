@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn import functional as F
 
-from .nn import GINConv, GraphConv, SAGEConv
+from .nn import GINConv, GraphConv, LayerNorm, SAGEConv
 from .ops import maxk
 from .sparse import CBSR, check_k
 
@@ -71,7 +71,7 @@ class MaxKSAGE(MaxKGNN):
                          nonlinearity)
         self.layers = nn.ModuleList(
             SAGEConv(hidden_feats, hidden_feats, "mean", feat_drop=dropout,
-                     norm=nn.LayerNorm(hidden_feats), k=self.k)
+                     norm=LayerNorm(hidden_feats), k=self.k)
             for _ in range(num_layers))
 
     def forward(self, graph, feat):
@@ -93,7 +93,7 @@ class _LinearActDropConv(MaxKGNN):
         self.linears = nn.ModuleList(nn.Linear(hidden_feats, hidden_feats)
                                      for _ in range(num_layers))
         self.convs = nn.ModuleList(self.make_conv(hidden_feats) for _ in range(num_layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(hidden_feats) for _ in range(num_layers))
+        self.norms = nn.ModuleList(LayerNorm(hidden_feats) for _ in range(num_layers))
 
     def forward(self, graph, feat):
         h = F.relu(self.lin_in(feat))

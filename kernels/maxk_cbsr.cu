@@ -17,6 +17,14 @@
 //   WARPS      warps per block
 // maxk_reg keeps the row in registers (CH * VEC <= 32 elements per lane, d <= 1024 for
 // fp32); maxk_smem keeps the keys in shared memory (d * 4 bytes per warp) for any d.
+//
+// The search stops early at a prefix with exactly k keys at or above it: those k are the
+// top k (no key equal to the k-th lies outside), so T becomes prefix - 1 and no tie is
+// needed. Rows of spread values get there in about log2(d) + a few steps instead of 32.
+//
+// nan_stats (optional, two zeroed unsigned 64-bit counters): each row holding NaN adds its
+// NaN count to [0] and raises [1] to n_rows * d - (flat position of its first NaN), so the
+// input's first NaN is n_rows * d - [1]. The layers' NaN check costs no extra pass.
 
 #ifndef ELEM_BYTES
 #define ELEM_BYTES 4
@@ -104,9 +112,36 @@ __device__ __forceinline__ void load_vec(const raw_t* p, unsigned int (&w)[VEC])
     }
 }
 
+#define NAN_KEY ((1u << (KEY_BITS - 1)) | ((1u << (KEY_BITS - 1)) - 1u))  // key_of(NaN)
+
+// One step of the threshold search: keep bit b of T if >= k keys reach T | bit; true when
+// exactly k reach it (T is then prefix - 1 and the search is over).
+__device__ __forceinline__ bool search_step(int count, int k, unsigned int cand,
+                                            unsigned int& T) {
+    if (count < k) return false;
+    T = count == k ? cand - 1u : cand;
+    return count == k;
+}
+
+// Record a row's NaN: lane `first` (its lowest NaN column, or d) and per-lane counts.
+__device__ __forceinline__ void record_nan(unsigned long long* nan_stats, long long row,
+                                           long long n_rows, int d, int nan_count, int first) {
+    const int total = warp_sum(nan_count);
+    if (total == 0) return;  // uniform over the warp
+#if __CUDA_ARCH__ >= 800
+    first = (int)__reduce_min_sync(FULL_MASK, (unsigned int)first);
+#else
+    for (int o = 16; o > 0; o >>= 1) first = min(first, __shfl_xor_sync(FULL_MASK, first, o));
+#endif
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd(nan_stats, (unsigned long long)total);
+        atomicMax(nan_stats + 1, (unsigned long long)(n_rows * d - (row * d + first)));
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __restrict__ out_idx,
-         long long n_rows, int d, int k) {
+         long long n_rows, int d, int k, unsigned long long* __restrict__ nan_stats) {
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= n_rows) return;  // uniform over the warp; no block-wide barrier below
@@ -126,6 +161,16 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
         }
     }
 
+    if (nan_stats) {
+        int nan_count = 0, first = d;
+#pragma unroll
+        for (int i = CH - 1; i >= 0; --i)
+#pragma unroll
+            for (int v = VEC - 1; v >= 0; --v)
+                if (key[i][v] == NAN_KEY) { ++nan_count; first = i * 32 * VEC + lane * VEC + v; }
+        record_nan(nan_stats, row, n_rows, d, nan_count, first);
+    }
+
     // T = the largest value with #{key >= T} >= k, i.e. the k-th largest key.
     unsigned int T = 0u;
 #pragma unroll 1
@@ -136,7 +181,7 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
         for (int i = 0; i < CH; ++i)
 #pragma unroll
             for (int v = 0; v < VEC; ++v) cnt += (key[i][v] >= cand);
-        if (warp_sum(cnt) >= k) T = cand;
+        if (search_step(warp_sum(cnt), k, cand, T)) break;
     }
     int gt = 0;
 #pragma unroll
@@ -190,7 +235,7 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
 // Any d: keys in shared memory (d unsigned ints per warp), lane l holds columns l, l+32, ...
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 maxk_smem(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __restrict__ out_idx,
-          long long n_rows, int d, int k) {
+          long long n_rows, int d, int k, unsigned long long* __restrict__ nan_stats) {
     extern __shared__ unsigned int keys_all[];
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
@@ -198,8 +243,13 @@ maxk_smem(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __res
     if (row >= n_rows) return;  // uniform over the warp; no block-wide barrier below
     unsigned int* keys = keys_all + (long long)warp * d;
     const raw_t* src = h + row * (long long)d;
-    for (int c = lane; c < d; c += 32) keys[c] = key_of((unsigned int)src[c]);
+    int nan_count = 0, first = d;
+    for (int c = lane; c < d; c += 32) {
+        keys[c] = key_of((unsigned int)src[c]);
+        if (keys[c] == NAN_KEY) { first = min(first, c); ++nan_count; }
+    }
     __syncwarp();
+    if (nan_stats) record_nan(nan_stats, row, n_rows, d, nan_count, first);
 
     unsigned int T = 0u;
 #pragma unroll 1
@@ -207,7 +257,7 @@ maxk_smem(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __res
         const unsigned int cand = T | (1u << b);
         int cnt = 0;
         for (int c = lane; c < d; c += 32) cnt += (keys[c] >= cand);
-        if (warp_sum(cnt) >= k) T = cand;
+        if (search_step(warp_sum(cnt), k, cand, T)) break;
     }
     int gt = 0;
     for (int c = lane; c < d; c += 32) gt += (keys[c] > T);

@@ -128,6 +128,35 @@ def test_maxk_bit_identical(d, dtype):
         assert same_bits(v, rv), f"values differ: seed={seed} d={d} k={k} {dtype}"
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("d", [33, 256, 1500])
+def test_maxk_nan_counters_match_the_reference(d, dtype):
+    """The kernel's NaN count and first position (rows in registers, d <= 1024, and in
+    shared memory) against the reference's, with the outputs still bit-identical."""
+    seed = fresh_seed()
+    n = 300
+    h = torch.randn(n, d, device=DEV)
+    nan_at = torch.rand(n, d, device=DEV) < torch.rand(n, 1, device=DEV) * 0.05
+    nan_at[torch.rand(n, device=DEV) < 0.7] = False  # most rows clean
+    nan_at[5, :] = True  # a row of NaN
+    nan_at[n - 1, d - 1] = True  # the last element
+    h[nan_at] = float("nan")
+    h = h.to(dtype)
+    clean = torch.randn(n, d, device=DEV).to(dtype)
+    for x, expect_nan in ((h, True), (clean, False)):
+        for k in (1, 7, min(32, d), d):
+            got, want = (torch.zeros(2, dtype=torch.int64, device=DEV) for _ in range(2))
+            v, i = cuda.maxk_cbsr(x, k, got)
+            rv, ri = reference.maxk_cbsr(x, k, want)
+            assert torch.equal(got, want), f"seed={seed} d={d} k={k} {dtype}: {got} vs {want}"
+            assert bool(got[0] > 0) == expect_nan, (seed, got)
+            assert torch.equal(i, ri) and same_bits(v, rv), (seed, d, k)
+    first = int(torch.isnan(h.float()).reshape(-1).nonzero()[0])
+    counters = torch.zeros(2, dtype=torch.int64, device=DEV)
+    cuda.maxk_cbsr(h, 3, counters)
+    assert counters.tolist() == [int(nan_at.sum()), n * d - first], seed
+
+
 def test_maxk_misaligned_and_strided():
     seed = fresh_seed()
     base = torch.randn(50, 257, device=DEV)
@@ -153,6 +182,62 @@ def test_maxk_repeat_and_empty():
     v, i = cuda.maxk_cbsr(h.double(), 7)  # float64: the reference
     rv, ri = reference.maxk_cbsr(h.double(), 7)
     assert torch.equal(v, rv) and torch.equal(i, ri)
+
+
+# --------------------------------------------------------------------------------------------
+# dense-row kernels: cbsr_to_dense, layer_norm
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("d", [1, 3, 8, 33, 256, 1024, 1500])
+def test_cbsr_to_dense_bit_identical(d, dtype):
+    """Every k from 1 to d (a spread of them for wide rows), N not a multiple of the warps
+    of a block, unaligned row widths, and rows wider than the kernel's (the reference)."""
+    seed = fresh_seed()
+    n = 37
+    for k in (k_values(d) if d <= 256 else [1, 2, 31, 32, 33, 255, d - 1, d]):
+        values, indices = random_cbsr(n, k, d, dtype)
+        poison()
+        got = cuda.cbsr_to_dense(values, indices, d)
+        want = reference.cbsr_to_dense(values, indices, d)
+        assert got.dtype == dtype and same_bits(got, want), f"seed={seed} d={d} k={k} {dtype}"
+    empty = cuda.cbsr_to_dense(*random_cbsr(0, 2, 8), 8)
+    assert empty.shape == (0, 8)
+
+
+def test_maxk_backward_is_the_dense_gradient():
+    seed = fresh_seed()
+    h = torch.randn(300, 256, device=DEV, requires_grad=True)
+    g = torch.randn(300, 8, device=DEV)
+    (got,) = torch.autograd.grad(ops.maxk(h, 8).values, h, g)
+    expected = torch.zeros(300, 256, device=DEV).scatter_(
+        1, ops.maxk(h, 8).indices.long(), g)
+    assert torch.equal(got, expected), seed
+
+
+@pytest.mark.parametrize("d", [4, 8, 252, 256, 384, 1024, 6, 1028])
+def test_layer_norm_matches_torch(d):
+    """Forward (y, mean, rstd) and backward against torch's LayerNorm, on rows with a large
+    offset (the variance is taken around the mean), N not a multiple of the warps of a block;
+    widths the kernel does not take (d % 4 != 0, d > 1024) run torch's."""
+    seed = fresh_seed()
+    n = 1001
+    x = (torch.randn(n, d, device=DEV) * 3 + 100).requires_grad_()
+    w = torch.randn(d, device=DEV, requires_grad=True)
+    b = torch.randn(d, device=DEV, requires_grad=True)
+    y, mean, rstd = cuda.layer_norm(x.detach(), w.detach(), b.detach(), 1e-5)
+    ry, rmean, rrstd = reference.layer_norm(x.detach(), w.detach(), b.detach(), 1e-5)
+    assert mean.shape == rmean.shape and rstd.shape == rrstd.shape
+    for got, want in ((y, ry), (mean, rmean), (rstd, rrstd)):
+        assert rel_err(got, want) < TOL, f"seed={seed} d={d}"
+    gy = torch.randn(n, d, device=DEV)
+    out = ops.layer_norm(x, (d,), w, b)
+    grads = torch.autograd.grad(out, (x, w, b), gy)
+    want_out = torch.nn.functional.layer_norm(x, (d,), w, b)
+    want_grads = torch.autograd.grad(want_out, (x, w, b), gy)
+    assert rel_err(out, want_out) < TOL, seed
+    for got, want in zip(grads, want_grads):
+        assert rel_err(got, want) < 1e-4, f"seed={seed} d={d}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,7 +427,15 @@ def test_opcheck():
     gy = torch.randn(40, 64, device=DEV)
     h = torch.randn(20, 64, device=DEV)
     tests = ("test_schema", "test_faketensor")
-    torch.library.opcheck(torch.ops.dgl_maxk.maxk_cbsr.default, (h, 5), test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.maxk_cbsr.default, (h, 5, None), test_utils=tests)
+    counters = torch.zeros(2, dtype=torch.int64, device=DEV)
+    torch.library.opcheck(torch.ops.dgl_maxk.maxk_cbsr.default, (h, 5, counters),
+                          test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.cbsr_to_dense.default, (xv, xi, 64),
+                          test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.layer_norm.default,
+                          (h, torch.randn(64, device=DEV), torch.randn(64, device=DEV), 1e-5),
+                          test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
                           (group_row, group_start, col, ev, xv, xi, 40, 64, multi),
                           test_utils=tests)

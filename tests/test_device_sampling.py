@@ -1004,7 +1004,8 @@ def test_resume_a_minibatch_checkpoint_from_before_the_sampler_key(planted, tmp_
 
 
 _CLOSED_ON_PRODUCER = r"""
-import threading, time, torch, dgl
+import threading, time, torch
+from dgl_maxk._dgl import dgl  # DGL through the package's compatibility fix, as users import it
 from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
 
 class ClosingSampler(NeighborSampler):

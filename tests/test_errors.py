@@ -1,4 +1,5 @@
 """Bad input gets a ValueError or DGLError whose message names the problem."""
+import contextlib
 import re
 from unittest import mock
 
@@ -168,6 +169,30 @@ def test_nan_in_operator_inputs(h):
     w = torch.rand(g.num_edges())
     w[5] = float("nan")
     raises(ValueError, r"edge_weight.*NaN.*\(5,\)", lambda: spmm(g, torch.randn(10, 6), w))
+
+
+@requires_cuda
+@pytest.mark.parametrize("deferred", [False, True])
+@pytest.mark.parametrize("name", [n for n in LAYER_NAMES if n.endswith("+k")] + ["maxk"])
+def test_nan_found_by_the_topk_kernel_says_where(name, deferred, h):
+    """On a GPU the top-k kernel finds the NaN of a MaxK layer's input as it reads it: the
+    same count and first position as the CPU's scan, immediately or when the block ends."""
+    g = h.make_graph("self_loops", 40)
+    x = torch.randn(40, 6, device="cuda")
+    r, c = int(torch.randint(39, ())), int(torch.randint(6, ()))
+    x[r, c] = x[39, 0] = float("nan")
+    if name == "maxk":
+        call, label = (lambda: maxk(x, 2)), "maxk input"
+    else:
+        conv = layer(name).to("cuda")
+        call, label = (lambda: conv(g, x)), "features"
+    with pytest.raises(ValueError, match=rf"{label} contains 2 NaN.*first at index "
+                                         rf"\({r}, {c}\)"):
+        with dgl_maxk.deferred_checks() if deferred else contextlib.nullcontext():
+            call()
+    with dgl_maxk.deferred_checks():
+        x[r, c] = x[39, 0] = 0.0
+        call()  # clean input passes
 
 
 def test_nan_check_can_be_turned_off(h, monkeypatch):

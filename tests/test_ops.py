@@ -329,3 +329,39 @@ def test_reference_maxk_is_the_stable_sort_definition(dtype):
         expected = top.sort(dim=1).values
         assert torch.equal(indices.long(), expected), (trial, d, k)
         assert torch.equal(values.view(torch.uint8), h.gather(1, expected).view(torch.uint8))
+
+
+@pytest.mark.parametrize("shape", [(13, 8), (5, 256), (0, 4)])
+def test_layer_norm_op_is_torchs(shape):
+    """dgl_maxk's LayerNorm (on the CPU: the reference behind the same autograd Function
+    the GPU kernel uses) gives torch's output and gradients, and loads torch's state dict."""
+    from dgl_maxk.nn import LayerNorm
+    d = shape[1]
+    ours, theirs = LayerNorm(d), torch.nn.LayerNorm(d)
+    with torch.no_grad():
+        theirs.weight.normal_(), theirs.bias.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    x = (torch.randn(shape, dtype=torch.float64) * 2 + 5).requires_grad_()
+    ours, theirs = ours.double(), theirs.double()
+    assert gradcheck(lambda t: ours(t), (x,)) if shape[0] else True
+    g = torch.randn(shape, dtype=torch.float64)
+    y, y_ref = ours(x), theirs(x)
+    assert torch.allclose(y, y_ref)
+    grads = torch.autograd.grad(y, (x, ours.weight, ours.bias), g)
+    grads_ref = torch.autograd.grad(y_ref, (x, theirs.weight, theirs.bias), g)
+    for a, b in zip(grads, grads_ref):
+        assert torch.allclose(a, b)
+
+
+def test_layer_norm_under_autocast_and_other_shapes_is_torchs():
+    from dgl_maxk.ops import layer_norm
+    x = torch.randn(6, 8)
+    w, b = torch.randn(8), torch.randn(8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = layer_norm(x.bfloat16(), (8,), w, b)
+        want = torch.nn.functional.layer_norm(x.bfloat16(), (8,), w, b)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    x3 = torch.randn(2, 3, 8)
+    assert torch.equal(layer_norm(x3, (8,), w, b),
+                       torch.nn.functional.layer_norm(x3, (8,), w, b))
+    assert torch.equal(layer_norm(x, (8,)), torch.nn.functional.layer_norm(x, (8,)))

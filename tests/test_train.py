@@ -79,7 +79,8 @@ def test_bf16_precision_trains_with_bf16_maxk_values(mode, sparse, planted, tmp_
     from dgl_maxk import ops
     seen = []
     original = ops._MaxK.apply
-    monkeypatch.setattr(ops._MaxK, "apply", lambda h, k: seen.append(h.dtype) or original(h, k))
+    monkeypatch.setattr(ops._MaxK, "apply",
+                        lambda h, *args: seen.append(h.dtype) or original(h, *args))
     cfg = small_config(**{"train.epochs": 60, "train.checkpoint_every": 0,
                           "train.precision": "bf16", "mode": mode,
                           "train.sparse_features": sparse,
@@ -550,3 +551,16 @@ def test_failed_write_leaves_no_temp_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         C.save_checkpoint(tmp_path / "c.pt", {"x": 1})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_loss_is_cross_entropy(dtype):
+    from dgl_maxk.training.step import loss_fn
+    logits = torch.randn(50, 7, dtype=dtype, requires_grad=True)
+    labels = torch.randint(7, (50,))
+    got, want = loss_fn(logits, labels, False), torch.nn.functional.cross_entropy(logits, labels)
+    assert torch.allclose(got, want)
+    assert torch.allclose(*(torch.autograd.grad(v, logits)[0] for v in (got, want)))
+    multi = torch.randint(2, (50, 7)).to(dtype)
+    assert torch.equal(loss_fn(logits, multi, True),
+                       torch.nn.functional.binary_cross_entropy_with_logits(logits, multi))

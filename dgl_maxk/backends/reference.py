@@ -21,7 +21,7 @@ from ..sparse.cbsr import index_dtype
 _CHUNK_ELEMENTS = 1 << 24
 
 
-def maxk_cbsr(h: torch.Tensor, k: int):
+def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
     """The k largest entries of each row of ``h`` as CBSR (values, indices).
 
     Ties are broken towards the lower column (as a stable descending sort would); each row's
@@ -29,7 +29,13 @@ def maxk_cbsr(h: torch.Tensor, k: int):
     entries above it are kept, and as many entries equal to it as are still needed, lowest
     columns first. Inputs with NaN (which ``torch.sort`` ranks highest and no comparison
     matches) take the sort itself.
+
+    ``nan_stats``, optional: two int64 counters (zeroed by the caller) that receive the NaN
+    count of ``h`` (added to [0]) and ``h.numel()`` minus the flat position of its first NaN
+    (the maximum of [1] and that, when ``h`` holds NaN).
     """
+    if nan_stats is not None:
+        _add_nan_stats(nan_stats, h)
     n, d = h.shape
     if n == 0:
         return h.new_empty((0, k)), torch.empty((0, k), dtype=index_dtype(d), device=h.device)
@@ -44,6 +50,25 @@ def maxk_cbsr(h: torch.Tensor, k: int):
     else:
         indices = keep.nonzero()[:, 1].view(n, k)
     return h.gather(1, indices), indices.to(index_dtype(d))
+
+
+def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.Tensor:
+    """The dense rows (N x d, values' dtype) of CBSR (values, indices)."""
+    out = values.new_zeros((values.shape[0], d))
+    return out.scatter_(1, indices.long(), values)
+
+
+def layer_norm(x: torch.Tensor, weight, bias, eps: float):
+    """(y, mean, rstd) of a LayerNorm over the last dimension of ``x`` (torch's own)."""
+    return torch.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)
+
+
+def _add_nan_stats(nan_stats, h):
+    bad = torch.isnan(h).reshape(-1)
+    if bool(bad.any()):
+        nan_stats[0] += bad.sum()
+        first_from_end = bad.numel() - int(bad.nonzero()[0])
+        nan_stats[1] = max(int(nan_stats[1]), first_from_end)
 
 
 def _sparse_adjacency(indptr, indices, values, shape):

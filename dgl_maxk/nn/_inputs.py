@@ -5,7 +5,7 @@ import torch
 
 from .. import patch
 from .._dgl import DGLError
-from ..ops import check_edge_weight, maxk
+from ..ops import check_edge_weight, maxk_checked
 from ..sparse import (CBSR, MAX_WIDTH, SampledBlock, check_features, check_graph, check_k,
                       graph_plan)
 
@@ -51,12 +51,12 @@ def _slice_rows(x, n):
     return x[:n]
 
 
-def _check_one(name, x, width):
+def _check_one(name, x, width, nan=True):
     if isinstance(x, CBSR):
         check_features(name, x.values)
         d = x.d
     else:
-        check_features(name, x)
+        check_features(name, x, nan=nan)
         if x.dim() < 2:
             raise ValueError(f"{name} must have shape (N, {width or 'D'}), got {tuple(x.shape)}")
         d = x.shape[-1]
@@ -77,9 +77,10 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
     def prepare(name, x, width):
         if not isinstance(x, (torch.Tensor, CBSR)):
             raise ValueError(f"{name} must be a torch.Tensor or CBSR, got {type(x).__name__}")
-        _check_one(name, x, width)
-        if k is not None and not isinstance(x, CBSR):
-            x = maxk(x, k, check_nan=False)  # scanned just above
+        to_cbsr = k is not None and not isinstance(x, CBSR)
+        _check_one(name, x, width, nan=not to_cbsr)
+        if to_cbsr:
+            x = maxk_checked(x, k, name)  # the top-k kernel finds the NaN as it reads x
         if dropout is not None:
             x = x.with_values(dropout(x.values)) if isinstance(x, CBSR) else dropout(x)
         return x

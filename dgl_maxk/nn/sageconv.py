@@ -4,9 +4,11 @@ from __future__ import annotations
 import functools
 
 import torch
+from torch.nn import functional as F
 
 from .._dgl import dgl
 from ..ops import aggregate
+from ..sparse import CBSR
 from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
 
 
@@ -80,11 +82,17 @@ class SAGEConv(dgl.nn.SAGEConv):
         # DGL projects before aggregating when that is cheaper; never on sparse input.
         lin_before_mp = isinstance(src, torch.Tensor) and self._in_src_feats > self._out_feats
         if self._aggre_type == "mean":
-            if lin_before_mp:
-                h_neigh = agg(self.fc_neigh(src), edge_weight, "right")
+            if isinstance(src, CBSR) and dense(dst).dim() == 2:
+                # the second GEMM adds the first's output in its epilogue: no N x d sum pass
+                h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
+                                   self.fc_self.bias)
+                rst = torch.addmm(h_neigh, dense(dst), self.fc_self.weight.t())
             else:
-                h_neigh = self.fc_neigh(agg(src, edge_weight, "right"))
-            rst = self.fc_self(dense(dst)) + h_neigh
+                if lin_before_mp:
+                    h_neigh = agg(self.fc_neigh(src), edge_weight, "right")
+                else:
+                    h_neigh = self.fc_neigh(agg(src, edge_weight, "right"))
+                rst = self.fc_self(dense(dst)) + h_neigh
         else:  # gcn: (sum of neighbours + self) / (in-degree + 1)
             if isinstance(feat, tuple) and dense(src).shape[1:] != dense(dst).shape[1:]:
                 raise ValueError("the 'gcn' aggregator needs source and destination features "

@@ -4,9 +4,11 @@ It imports only torch and (for graph plans) DGL; the operators of :mod:`dgl_maxk
 backends of :mod:`dgl_maxk.backends` build on it.
 """
 from .cbsr import CBSR, MAX_WIDTH, index_dtype
-from .checks import check_features, check_k, checks_enabled, deferred_checks, input_checks
+from .checks import (check_features, check_k, check_nan_counters, checks_enabled,
+                     deferred_checks, input_checks, nan_counters)
 from .plan import NORMS, GraphPlan, SampledBlock, check_graph, graph_plan
 
-__all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k", "checks_enabled",
-           "deferred_checks", "input_checks", "NORMS", "GraphPlan", "SampledBlock",
+__all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k",
+           "check_nan_counters", "checks_enabled", "deferred_checks", "input_checks",
+           "nan_counters", "NORMS", "GraphPlan", "SampledBlock",
            "check_graph", "graph_plan"]

@@ -38,7 +38,8 @@ class CBSR:
     d : int
         The width of the dense matrix.
 
-    ``CBSR.from_dense(x, k)`` is :func:`dgl_maxk.maxk` (attached by :mod:`dgl_maxk.ops`).
+    ``CBSR.from_dense(x, k)`` is :func:`dgl_maxk.maxk` and ``c.to_dense()`` the N x d dense
+    matrix (differentiable with respect to ``values``), both attached by :mod:`dgl_maxk.ops`.
 
     Example
     -------
@@ -120,11 +121,6 @@ class CBSR:
     def long_indices(self) -> torch.Tensor:
         """Indices as int64, for torch indexing (uint8 would be read as a boolean mask)."""
         return self.indices.long()
-
-    def to_dense(self) -> torch.Tensor:
-        """The N x d dense matrix (differentiable with respect to ``values``)."""
-        out = self.values.new_zeros(self.shape)
-        return out.scatter(1, self.long_indices(), self.values)
 
     def with_values(self, values: torch.Tensor) -> "CBSR":
         """The same sparsity pattern with other values (dropout, casts)."""

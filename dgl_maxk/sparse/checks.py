@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import numbers
 
 import torch
@@ -64,19 +65,43 @@ def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
     """Device-side NaN count and first flat position of ``x``, read later (no sync now)."""
     bad = torch.isnan(x).reshape(-1).view(torch.uint8)  # a view: no copy of the mask
     first = bad.argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
-    pending.append((name, tuple(x.shape), bad.sum(dtype=torch.int64), first))
+    pending.append((name, tuple(x.shape), bad.sum(dtype=torch.int64), first, False))
 
 
 def _raise_first_nan(pending: list):
     if not pending:
         return
     device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features
-    flags = torch.stack([t.to(device) for _, _, count, first in pending
+    flags = torch.stack([t.to(device) for _, _, count, first, _ in pending
                          for t in (count, first)]).view(-1, 2).cpu()  # the one sync
-    for (name, shape, _, _), (count, first) in zip(pending, flags.tolist()):
-        if count:
-            where = torch.unravel_index(torch.tensor(first), shape)
-            raise ValueError(_nan_message(name, count, [int(i) for i in where]))
+    for (name, shape, _, _, from_end), (count, first) in zip(pending, flags.tolist()):
+        _raise_if_nan(name, shape, count, first, from_end)
+
+
+def _raise_if_nan(name, shape, count, first, from_end):
+    if count:
+        first = math.prod(shape) - first if from_end else first
+        where = torch.unravel_index(torch.tensor(first), shape)
+        raise ValueError(_nan_message(name, count, [int(i) for i in where]))
+
+
+def nan_counters(x: torch.Tensor):
+    """Zeroed counters for an operator that finds the NaN of ``x`` while it reads it (see
+    ``backends.reference.maxk_cbsr``), or None where content checks are off. Pass them to
+    the operator, then to :func:`check_nan_counters`: the check costs no pass of its own."""
+    return torch.zeros(2, dtype=torch.int64, device=x.device) if checks_enabled() else None
+
+
+def check_nan_counters(name: str, shape, counters):
+    """The NaN check of :func:`check_features` from an operator's ``counters`` (NaN count,
+    numel - first flat position): recorded inside :func:`deferred_checks`, else read now."""
+    if counters is None:
+        return
+    pending = _PENDING.get()
+    if pending is not None:
+        pending.append((name, tuple(shape), counters[0], counters[1], True))
+        return
+    _raise_if_nan(name, tuple(shape), *counters.tolist(), True)
 
 
 def check_k(k, width: int | None = None, width_name: str = "d") -> int:

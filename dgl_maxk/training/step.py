@@ -24,10 +24,14 @@ def make_optimizer(parameters, lr, weight_decay=0.0):
 
 
 def loss_fn(logits, labels, multilabel):
-    """Binary cross-entropy for multi-label data, cross-entropy otherwise."""
+    """Binary cross-entropy for multi-label data, cross-entropy otherwise (the mean over
+    rows of -log softmax at the label: ``F.cross_entropy``'s value, through a gather, since
+    its CUDA reduction runs in one thread block, 1.4 ms each way on 200k rows)."""
     if multilabel:
         return F.binary_cross_entropy_with_logits(logits, labels)
-    return F.cross_entropy(logits, labels)
+    if labels.dim() != 1 or labels.dtype not in (torch.int64, torch.int32):
+        return F.cross_entropy(logits, labels)  # probabilities, or a shape to reject
+    return -F.log_softmax(logits, 1).gather(1, labels.long().unsqueeze(1)).mean()
 
 
 def drop_input(x, p):

@@ -27,20 +27,43 @@ from . import kernels, launch
 from .launch import KERNEL_DTYPES
 from .runtime import available
 
-__all__ = ["available", "maxk_cbsr", "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm",
-           "sample_neighbors", "launch"]
+__all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_spgemm", "cbsr_sspmm",
+           "cbsr_sddmm", "layer_norm", "sample_neighbors", "launch"]
 
 
-def maxk_cbsr(h: torch.Tensor, k: int):
+def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
     """The k largest entries of each row of ``h`` as CBSR (values, indices).
 
     Ties go to the lower column; each row's indices are ascending; values are copied bit for
     bit (bit-identical to the reference). fp32 / fp16 / bf16 run the kernel (one warp per
-    row, threshold search over order-preserving keys), float64 the reference.
+    row, threshold search over order-preserving keys), float64 the reference. ``nan_stats``
+    as in the reference (the kernel finds the NaN as it reads the rows).
     """
     if h.dtype not in KERNEL_DTYPES or h.dim() != 2:
-        return reference.maxk_cbsr(h, k)
-    return kernels.maxk_cbsr(h.contiguous(), int(k))
+        return reference.maxk_cbsr(h, k, nan_stats)
+    return kernels.maxk_cbsr(h.contiguous(), int(k), nan_stats)
+
+
+def cbsr_to_dense(values, indices, d: int):
+    """The dense rows (N x d, values' dtype) of CBSR (values, indices): one pass, raw bits
+    copied (bit-identical to the reference); float64 and rows wider than
+    ``launch.DENSE_ROWS_MAX_WIDTH`` go to the reference."""
+    if values.dtype not in KERNEL_DTYPES or d > launch.DENSE_ROWS_MAX_WIDTH:
+        return reference.cbsr_to_dense(values, indices, d)
+    return kernels.cbsr_to_dense(values.contiguous(), indices.contiguous(), int(d))
+
+
+def layer_norm(x, weight, bias, eps: float):
+    """(y, mean, rstd) of a LayerNorm over the rows of ``x``, as the reference. The kernel
+    takes fp32 rows of width d % 4 == 0, d <= ``launch.DENSE_ROWS_MAX_WIDTH``, with fp32
+    weight and bias; anything else goes to the reference."""
+    d = x.shape[-1]
+    if not (x.dim() == 2 and x.dtype == torch.float32 and d % 4 == 0
+            and d <= launch.DENSE_ROWS_MAX_WIDTH and weight is not None and bias is not None
+            and weight.dtype == bias.dtype == torch.float32):
+        return reference.layer_norm(x, weight, bias, eps)
+    return kernels.layer_norm(x.contiguous(), weight.contiguous(), bias.contiguous(),
+                              float(eps))
 
 
 def _edge_groups(plan):

@@ -24,14 +24,14 @@ from .runtime import grid, i32, i64, kernel, launch, ptr
 HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
 
 
-def _custom_op(name: str, fake):
+def _custom_op(name: str, fake, mutates_args=()):
     """Declare ``fn`` as the custom op ``dgl_maxk::<name>`` with ``fake`` as its meta
     implementation, called as the op while ``torch.compile`` traces and directly otherwise
     (or leave it a plain function on an older torch)."""
     def declare(fn):
         if not HAS_CUSTOM_OP:
             return fn
-        op = torch.library.custom_op(f"dgl_maxk::{name}", mutates_args=(),
+        op = torch.library.custom_op(f"dgl_maxk::{name}", mutates_args=mutates_args,
                                      device_types="cuda")(fn)
         op.register_fake(fake)
 
@@ -50,6 +50,10 @@ def _traced() -> bool:
             or torch._C._len_torch_dispatch_stack() > 0)
 
 
+def _ptr_or_null(t: Optional[torch.Tensor]):
+    return ptr(t) if t is not None else np.uint64(0)
+
+
 def _launch_over_groups(name: str, config, num_groups: int, device, args):
     """Compile kernel ``name`` for ``config`` (defines, warps, shared bytes, persistent) and
     launch it with one warp task per edge group."""
@@ -59,13 +63,14 @@ def _launch_over_groups(name: str, config, num_groups: int, device, args):
            smem, device)
 
 
-def _maxk_fake(h, k):
+def _maxk_fake(h, k, nan_stats):
     return (h.new_empty((h.shape[0], k)),
             h.new_empty((h.shape[0], k), dtype=index_dtype(h.shape[1])))
 
 
-@_custom_op("maxk_cbsr", _maxk_fake)
-def maxk_cbsr(h: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+@_custom_op("maxk_cbsr", _maxk_fake, mutates_args=("nan_stats",))
+def maxk_cbsr(h: torch.Tensor, k: int,
+              nan_stats: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     n, d = h.shape
     values = torch.empty((n, k), dtype=h.dtype, device=h.device)
     indices = torch.empty((n, k), dtype=index_dtype(d), device=h.device)
@@ -74,8 +79,47 @@ def maxk_cbsr(h: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     func, defines, warps, smem = cfg.maxk_config(h, d)
     kern = kernel("maxk_cbsr", func, defines, h.device.index)
     launch(kern, -(-n // warps), warps * 32,
-           (ptr(h), ptr(values), ptr(indices), i64(n), i32(d), i32(k)), smem, h.device)
+           (ptr(h), ptr(values), ptr(indices), i64(n), i32(d), i32(k), _ptr_or_null(nan_stats)),
+           smem, h.device)
     return values, indices
+
+
+def _to_dense_fake(values, indices, d):
+    return values.new_empty((values.shape[0], d))
+
+
+@_custom_op("cbsr_to_dense", _to_dense_fake)
+def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.Tensor:
+    n, k = values.shape
+    out = torch.empty((n, d), dtype=values.dtype, device=values.device)
+    if n == 0 or d == 0:
+        return out
+    defines, warps = cfg.to_dense_config(values, indices)
+    kern = kernel("dense_rows", "cbsr_to_dense", defines, values.device.index)
+    launch(kern, -(-n // warps), warps * 32,
+           (ptr(values), ptr(indices), ptr(out), i64(n), i32(d), i32(k)), 0, values.device)
+    return out
+
+
+def _layer_norm_fake(x, weight, bias, eps):
+    n = x.shape[0]
+    return x.new_empty(x.shape), x.new_empty((n, 1)), x.new_empty((n, 1))
+
+
+@_custom_op("layer_norm", _layer_norm_fake)
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, d = x.shape
+    y = torch.empty_like(x)
+    mean, rstd = (torch.empty((n, 1), dtype=torch.float32, device=x.device) for _ in range(2))
+    if n == 0:
+        return y, mean, rstd
+    defines, warps = cfg.layer_norm_config(d)
+    kern = kernel("dense_rows", "layer_norm", defines, x.device.index)
+    launch(kern, -(-n // warps), warps * 32,
+           (ptr(x), ptr(weight), ptr(bias), ptr(y), ptr(mean), ptr(rstd), i64(n), i32(d),
+            np.float32(eps)), 0, x.device)
+    return y, mean, rstd
 
 
 def _spgemm_fake(group_row, group_start, col, edge_values, x_values, x_indices, num_dst, d,
@@ -166,6 +210,6 @@ def sample_neighbors(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
     kern = kernel("sample_neighbors", "sample_neighbors", defines, dst.device.index)
     launch(kern, -(-n // threads), threads,
            (ptr(graph_indptr), ptr(graph_indices), ptr(dst), ptr(block_indptr),
-            ptr(draws) if draws is not None else np.uint64(0), ptr(out), i64(n),
+            _ptr_or_null(draws), ptr(out), i64(n),
             i32(fanout)), 0, dst.device)
     return out

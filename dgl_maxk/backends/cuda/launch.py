@@ -24,13 +24,15 @@ DEFAULTS = {
     "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 32 << 20},
     "cbsr_sddmm": {"persist": 1, "minb": 5},
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
+    "dense_rows": {"warps": 8},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc"},
             "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "passes"},
             "cbsr_sddmm": {"persist", "minb", "u"},
-            "sample_neighbors": {"max_fanout", "threads"}}
+            "sample_neighbors": {"max_fanout", "threads"},
+            "dense_rows": {"warps"}}
 
 _OVERRIDES = contextvars.ContextVar("dgl_maxk_launch_overrides", default={})
 
@@ -95,6 +97,23 @@ def maxk_config(h: torch.Tensor, d: int):
     warps = max(1, min(8, SMEM_DEFAULT // (4 * d)))
     defines.update(WARPS=warps)
     return "maxk_smem", defines, warps, warps * 4 * d
+
+
+#: The widest rows the dense-row kernels hold in registers (32 fp32 values per lane).
+DENSE_ROWS_MAX_WIDTH = 1024
+
+
+def to_dense_config(values, indices):
+    """(defines, warps) of ``cbsr_to_dense`` (one warp per row)."""
+    warps = option("dense_rows", "warps")
+    return ({"ELEM_BYTES": values.element_size(), "IDX_BYTES": indices.element_size(),
+             "WARPS": warps}, warps)
+
+
+def layer_norm_config(d: int):
+    """(defines, warps) of ``layer_norm``: 4 * ceil(d / 128) values per lane."""
+    warps = option("dense_rows", "warps")
+    return {"RV": 4 * -(-d // 128), "WARPS": warps}, warps
 
 
 def spgemm_config(k: int, d: int, x_values, x_indices):

@@ -1,0 +1,30 @@
+"""LayerNorm on dgl_maxk's row kernel."""
+from __future__ import annotations
+
+from torch import nn
+
+from ..ops import layer_norm
+
+
+class LayerNorm(nn.LayerNorm):
+    r"""``torch.nn.LayerNorm`` whose forward on a GPU runs dgl_maxk's row kernel.
+
+    .. math:: y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma
+              + \beta
+
+    over the last dimension (biased variance). Same constructor, parameters (``weight``
+    :math:`\gamma` and ``bias`` :math:`\beta`, shape ``normalized_shape``) and state dict as
+    torch's. 2-D fp32 input with ``elementwise_affine`` runs one warp per row (torch's
+    kernel made a third of a MaxK epoch's dense work on the products-sized graph) and
+    torch's backward; other input, and input under autocast, runs torch's own.
+
+    Example
+    -------
+    >>> import torch
+    >>> from dgl_maxk.nn import LayerNorm
+    >>> LayerNorm(64)(torch.randn(10, 64)).shape
+    torch.Size([10, 64])
+    """
+
+    def forward(self, x):
+        return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)

@@ -97,6 +97,36 @@ CBSR.from_dense = staticmethod(maxk)
 CBSR.to_dense = cbsr_to_dense
 
 
+class _CBSRAddmm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, c, values, indices, d, weight):
+        ctx.save_for_backward(values, indices, weight)  # X as CBSR, not N x d
+        ctx.d = d
+        dense = backends.for_tensor(values).cbsr_to_dense(values, indices, d)
+        return torch.addmm(c, dense, weight.t())
+
+    @staticmethod
+    def backward(ctx, grad):
+        values, indices, weight = ctx.saved_tensors
+        grad_values = grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_values = (grad @ weight).gather(1, indices.long())
+        if ctx.needs_input_grad[4]:  # the dense rows again, for this one GEMM
+            dense = backends.for_tensor(values).cbsr_to_dense(values, indices, ctx.d)
+            grad_weight = grad.t() @ dense
+        return (grad if ctx.needs_input_grad[0] else None), grad_values, None, None, grad_weight
+
+
+def cbsr_addmm(c: torch.Tensor, x: CBSR, weight: torch.Tensor) -> torch.Tensor:
+    """``c + x.to_dense() @ weight.T`` (a Linear on CBSR rows, added to ``c`` in the GEMM's
+    epilogue) that keeps ``x`` for the backward as CBSR, not as N x d dense rows: the dense
+    rows are made again (one pass) for the weight's gradient. Under autocast: torch's
+    ``addmm`` on the dense rows."""
+    if _autocast_enabled(c.device.type):
+        return torch.addmm(c, x.to_dense(), weight.t())
+    return _CBSRAddmm.apply(c, x.values, x.indices, x.d, weight)
+
+
 def _autocast_enabled(device_type: str) -> bool:
     try:
         return torch.is_autocast_enabled(device_type)

@@ -1,5 +1,5 @@
-"""Small runs of every CUDA kernel variant (the neighbour sampler's too), for
-compute-sanitizer (memcheck, racecheck).
+"""Small runs of every CUDA kernel variant (the neighbour sampler's and the dense-row kernels'
+too), for compute-sanitizer (memcheck, racecheck).
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
@@ -28,6 +28,12 @@ def rel(a, b):
     return float((a - b).norm() / n) if n > 0 else float((a - b).norm())
 
 
+def same_bits(a, b):
+    """Bit-equal floats (NaN included, which torch.equal never calls equal)."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.dtype == b.dtype and torch.equal(a.view(ints), b.view(ints))
+
+
 def main():
     if not cuda.available():
         raise SystemExit("no CUDA GPU with CuPy")
@@ -37,12 +43,22 @@ def main():
     for d, dtype in ((256, torch.float32), (64, torch.bfloat16), (384, torch.float16),
                      (1500, torch.float32), (33, torch.float32)):
         h = torch.randint(-3, 4, (37, d), device=dev).to(dtype)
+        h[3, d // 2] = h[20, 0] = float("nan")
         for k in (1, 5, 32, d):
-            v, i = cuda.maxk_cbsr(h, k)
-            rv, ri = reference.maxk_cbsr(h, k)
-            ok = torch.equal(i, ri) and torch.equal(v, rv)
+            counters, want = (torch.zeros(2, dtype=torch.int64, device=dev) for _ in range(2))
+            v, i = cuda.maxk_cbsr(h, k, counters)
+            rv, ri = reference.maxk_cbsr(h, k, want)
+            dense = cuda.cbsr_to_dense(v, i, d)
+            ok = (torch.equal(i, ri) and same_bits(v, rv) and torch.equal(counters, want)
+                  and same_bits(dense, reference.cbsr_to_dense(rv, ri, d)))
             bad += not ok
-            print(f"maxk d={d} k={k} {dtype}: {'ok' if ok else 'MISMATCH'}")
+            print(f"maxk, to_dense d={d} k={k} {dtype}: {'ok' if ok else 'MISMATCH'}")
+    for d in (4, 256, 1000):
+        x, w, b = torch.randn(37, d, device=dev), torch.randn(d, device=dev), torch.randn(d, device=dev)
+        err = max(rel(a, r) for a, r in zip(cuda.layer_norm(x, w, b, 1e-5),
+                                             reference.layer_norm(x, w, b, 1e-5)))
+        bad += not err < 1e-5
+        print(f"layer_norm d={d}: {'ok' if err < 1e-5 else 'MISMATCH'} ({err:.1e})")
     for group_size in (8, launch.group_size()):
         with launch.overrides(group_size=group_size):
             bad += check_graph_kernels(group_size, dev)

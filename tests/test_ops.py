@@ -365,3 +365,23 @@ def test_layer_norm_under_autocast_and_other_shapes_is_torchs():
     assert torch.equal(layer_norm(x3, (8,), w, b),
                        torch.nn.functional.layer_norm(x3, (8,), w, b))
     assert torch.equal(layer_norm(x, (8,)), torch.nn.functional.layer_norm(x, (8,)))
+
+
+def test_cbsr_addmm_is_addmm_on_the_dense_rows(h):
+    """Value and gradients (c, values, weight) of the Linear on CBSR rows against torch's
+    addmm on the dense rows; no gradient is asked of what does not need one."""
+    from dgl_maxk.ops import cbsr_addmm
+    x, _ = h.random_cbsr(30, 16, 5, requires_grad=True)
+    c = torch.randn(30, 7, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(7, 16, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda cc, v, ww: cbsr_addmm(cc, x.with_values(v), ww), (c, x.values, w))
+    got = cbsr_addmm(c, x, w)
+    want = torch.addmm(c, x.to_dense(), w.t())
+    assert torch.allclose(got, want)
+    g = torch.randn_like(got)
+    for a, b in zip(torch.autograd.grad(got, (c, x.values, w), g),
+                    torch.autograd.grad(want, (c, x.values, w), g)):
+        assert torch.allclose(a, b)
+    frozen = cbsr_addmm(c.detach(), x.with_values(x.values.detach()), w)
+    (gw,) = torch.autograd.grad(frozen.sum(), w)
+    assert torch.allclose(gw, torch.ones(30, 7, dtype=torch.float64).t() @ x.to_dense().detach())

@@ -7,7 +7,7 @@ import torch
 from torch.nn import functional as F
 
 from .._dgl import dgl
-from ..ops import aggregate
+from ..ops import aggregate, cbsr_addmm
 from ..sparse import CBSR
 from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
 
@@ -83,10 +83,12 @@ class SAGEConv(dgl.nn.SAGEConv):
         lin_before_mp = isinstance(src, torch.Tensor) and self._in_src_feats > self._out_feats
         if self._aggre_type == "mean":
             if isinstance(src, CBSR) and dense(dst).dim() == 2:
-                # the second GEMM adds the first's output in its epilogue: no N x d sum pass
+                # the self GEMM adds the neighbour GEMM's output in its epilogue (no N x d
+                # sum pass) and keeps CBSR rows, not dense ones, for its backward
                 h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
                                    self.fc_self.bias)
-                rst = torch.addmm(h_neigh, dense(dst), self.fc_self.weight.t())
+                rst = (cbsr_addmm(h_neigh, dst, self.fc_self.weight) if isinstance(dst, CBSR)
+                       else torch.addmm(h_neigh, dst, self.fc_self.weight.t()))
             else:
                 if lin_before_mp:
                     h_neigh = agg(self.fc_neigh(src), edge_weight, "right")

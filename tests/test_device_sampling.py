@@ -259,6 +259,48 @@ def test_device_graph_holds_the_in_edges():
         assert collections.Counter(row) == neighbours[v]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("fanouts", [[3, 2], [-1, 4]], ids=lambda f: "_".join(map(str, f)))
+@pytest.mark.parametrize("kind", ["multi_edges", "hub", "self_loops"])
+def test_sampled_edges_carry_their_ids_in_the_graph(kind, fanouts, device):
+    """Each sampled edge's id is an edge of the graph from its source to its destination
+    (multi-edges: each id once), in the block and in to_dgl()'s edata[dgl.EID]; weights
+    gathered by those ids aggregate as DGL's block with the same weights does."""
+    g, include = make_graph(kind)
+    seeds = pick_seeds(g.num_nodes(), 12, include)
+    graph = DeviceGraph.from_dgl(g, device)
+    _, _, blocks = NeighborSampler(fanouts).sample(graph, seeds.to(device), generator(device))
+    src_all, dst_all = g.edges()
+    for block in blocks:
+        eids = block.edge_ids.cpu()
+        assert eids.dtype == torch.int64 and eids.numel() == block.num_edges()
+        assert eids.unique().numel() == eids.numel()
+        plan = block.plan
+        assert torch.equal(src_all[eids], block.src_nodes.cpu()[plan.indices.cpu()])
+        assert torch.equal(dst_all[eids], block.dst_nodes.cpu()[plan.dst_of_edge.cpu()])
+        assert torch.equal(block.to_dgl().edata[dgl.EID], eids)
+    weight = torch.rand(g.num_edges())
+    block = blocks[-1]
+    x = torch.randn(block.num_src_nodes(), 6)
+    conv = SAGEConv(6, 4, "mean")
+    got = conv.to(device)(block, x.to(device), edge_weight=weight.to(device)[block.edge_ids])
+    dgl_block = block.to_dgl()
+    want = conv.cpu()(dgl_block, x, edge_weight=weight[dgl_block.edata[dgl.EID]])
+    assert torch.allclose(got.cpu(), want, atol=1e-5)
+
+
+def test_a_device_graph_without_edge_ids_gives_blocks_without():
+    g = dgl.rand_graph(50, 300)
+    full = DeviceGraph.from_dgl(g, "cpu")
+    bare = DeviceGraph(full.indptr, full.indices, full.num_nodes)
+    _, _, (block,) = NeighborSampler([3]).sample(bare, torch.arange(10), generator())
+    assert block.edge_ids is None and dgl.EID not in block.to_dgl().edata
+    with pytest.raises(ValueError, match="edge_ids"):
+        DeviceGraph(full.indptr, full.indices, full.num_nodes, full.edge_ids[:-1])
+    with pytest.raises(ValueError, match="edge_ids"):
+        DeviceGraph(full.indptr, full.indices, full.num_nodes, full.edge_ids.float())
+
+
 def test_empty_seeds_give_empty_blocks():
     g, _ = make_graph("rand_graph")
     graph = DeviceGraph.from_dgl(g, "cpu")

@@ -169,11 +169,11 @@ def sddmm(plan, grad_y, x):
     return out
 
 
-def sample_neighbors(graph_indptr, graph_indices, dst, block_indptr, num_edges: int,
-                     fanout: int, draws):
-    """The sampled in-neighbours (global ids, int64) of each node of ``dst``, in the order of
-    the block's CSR ``block_indptr`` (``num_edges`` entries): all of a node's in-neighbours
-    when its in-degree is at most ``fanout`` (or ``fanout`` < 0), else the uniform
+def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
+    """The sampled in-edges of each node of ``dst`` as positions (int64) in the graph's
+    in-edge CSR ``graph_indptr``, in the order of the block's CSR ``block_indptr``
+    (``num_edges`` entries): all of a node's in-edges when its in-degree is at most
+    ``fanout`` (or ``fanout`` < 0), else the uniform
     ``fanout``-subset that Floyd's algorithm picks with the row's ``draws`` (n x fanout,
     float64 in [0, 1)): step j draws t = floor(u_j * (top + 1)) with top = degree - fanout + j,
     and keeps top instead when t was drawn before.
@@ -193,4 +193,4 @@ def sample_neighbors(graph_indptr, graph_indices, dst, block_indptr, num_edges: 
             seen = (chosen[:, :j] == picks[:, j:j + 1]).any(1)
             chosen[:, j] = torch.where(seen, top[:, j], picks[:, j])
         offset = torch.where(degree[row] > fanout, chosen[row, offset], offset)
-    return graph_indices[start[row] + offset].long()
+    return start[row] + offset

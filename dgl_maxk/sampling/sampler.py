@@ -1,7 +1,8 @@
 """Uniform neighbour sampling without replacement, in torch, on the device of the graph.
 
-The neighbours of each row are picked by ``sample_neighbors`` of the tensors' backend (one
-CUDA kernel, or the pure-torch reference). Each layer's block costs two reads back to the
+The in-edges of each row are picked by ``sample_neighbors`` of the tensors' backend (one
+CUDA kernel, or the pure-torch reference), as positions in the graph's CSR, which give the
+block its source nodes and its edges' ids in the graph. Each layer's block costs two reads back to the
 host (its edge count and its number of source nodes, which size its tensors); everything
 else stays on the device. The result is that of DGL's ``NeighborSampler`` with
 ``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
@@ -27,9 +28,11 @@ class DeviceGraph:
     indptr : Tensor (num_nodes + 1,), int64
     indices : Tensor (num_edges,), int32 (int64 from 2^31 nodes) -- source of each in-edge
     num_nodes : int
+    edge_ids : Tensor (num_edges,), int32 or int64, optional -- the graph's id of each in-edge
+        (``from_dgl`` sets DGL's edge ids), which the sampled blocks then carry
     """
 
-    def __init__(self, indptr, indices, num_nodes):
+    def __init__(self, indptr, indices, num_nodes, edge_ids=None):
         if indptr.dtype != torch.int64 or indptr.shape != (num_nodes + 1,):
             raise ValueError(f"indptr must be int64 with num_nodes + 1 = {num_nodes + 1} "
                              f"entries, got {indptr.dtype} of shape {tuple(indptr.shape)}")
@@ -38,7 +41,14 @@ class DeviceGraph:
                              f"{tuple(indices.shape)}")
         if indices.device != indptr.device:
             raise ValueError(f"indptr is on {indptr.device} but indices on {indices.device}")
+        if edge_ids is not None and (edge_ids.dtype not in (torch.int32, torch.int64)
+                                     or edge_ids.shape != indices.shape
+                                     or edge_ids.device != indices.device):
+            raise ValueError(f"edge_ids must be an int32 or int64 tensor like indices "
+                             f"({tuple(indices.shape)} on {indices.device}), got "
+                             f"{edge_ids.dtype} {tuple(edge_ids.shape)} on {edge_ids.device}")
         self.indptr, self.indices, self.num_nodes = indptr, indices, int(num_nodes)
+        self.edge_ids = edge_ids
 
     @property
     def device(self):
@@ -52,7 +62,8 @@ class DeviceGraph:
 
     @classmethod
     def from_dgl(cls, graph, device) -> "DeviceGraph":
-        """The in-edges of a DGL graph with one node and edge type, on ``device``."""
+        """The in-edges of a DGL graph with one node and edge type, on ``device``, with DGL's
+        edge ids."""
         if graph.is_block or len(graph.ntypes) != 1 or len(graph.canonical_etypes) != 1:
             raise ValueError("DeviceGraph takes a graph with one node type and one edge type, "
                              "not a block")
@@ -61,10 +72,12 @@ class DeviceGraph:
         order = torch.argsort(dst, stable=True)
         index_dtype = torch.int32 if n < 2 ** 31 else torch.int64
         indices = src[order].to(index_dtype)
-        del src, order
+        del src
+        edge_ids = order.to(torch.int32 if order.numel() < 2 ** 31 else torch.int64)
+        del order
         indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
         torch.cumsum(torch.bincount(dst, minlength=n), 0, out=indptr[1:])
-        return cls(indptr, indices, n)
+        return cls(indptr, indices, n, edge_ids)
 
     def __repr__(self):
         return (f"DeviceGraph(num_nodes={self.num_nodes}, num_edges={self.indices.numel()}, "
@@ -143,11 +156,12 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
     indptr, num_edges = block_indptr(graph.indptr, dst, fanout)
     draws = (torch.rand(n, fanout, dtype=torch.float64, device=dst.device, generator=generator)
              if fanout > 0 else None)
-    neighbours = backends.for_tensor(dst).sample_neighbors(
-        graph.indptr, graph.indices, dst, indptr, num_edges, fanout, draws)
-    src_nodes, local = _relabel(dst, neighbours)
+    positions = backends.for_tensor(dst).sample_neighbors(graph.indptr, dst, indptr, num_edges,
+                                                          fanout, draws)
+    src_nodes, local = _relabel(dst, graph.indices[positions].long())
+    edge_ids = graph.edge_ids[positions].long() if graph.edge_ids is not None else None
     return SampledBlock(indptr, local, src_nodes, n,
-                        max_in_degree=fanout if fanout > 0 else None)
+                        max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids)
 
 
 def _relabel(dst, neighbours):

@@ -216,12 +216,27 @@ class SampledBlock:
     num_dst : int
     max_in_degree : int, optional -- a bound on the in-degrees (the fan-out), which lets the
         CUDA kernels' edge groups be built without reading the degrees back to the host
+    edge_ids : Tensor (num_edges,), int64, optional -- the id in the sampled graph of each
+        edge, in CSR order (DGL's ``block.edata[dgl.EID]``): ``weight[block.edge_ids]`` gives
+        a sampled layer its edge weights
+
+    Example
+    -------
+    >>> import dgl, torch
+    >>> from dgl_maxk.sampling import DeviceGraph, NeighborSampler
+    >>> g = dgl.rand_graph(100, 800)
+    >>> weight = torch.rand(g.num_edges())
+    >>> _, _, (block,) = NeighborSampler([4]).sample(DeviceGraph.of(g, "cpu"), torch.arange(8))
+    >>> weight[block.edge_ids].shape == (block.num_edges(),)
+    True
     """
 
     is_block = True
 
-    def __init__(self, indptr, indices, src_nodes, num_dst, max_in_degree=None):
+    def __init__(self, indptr, indices, src_nodes, num_dst, max_in_degree=None,
+                 edge_ids=None):
         self.src_nodes = src_nodes
+        self.edge_ids = edge_ids
         self.plan = GraphPlan(indptr, indices, None, src_nodes.numel(), num_dst,
                               max_in_degree=max_in_degree)
 
@@ -248,7 +263,8 @@ class SampledBlock:
 
     def to_dgl(self):
         """The same block as a DGL block on the CPU (edge i is CSR entry i), with the global
-        node ids in ``srcdata[dgl.NID]`` and ``dstdata[dgl.NID]``, for stock DGL layers."""
+        node ids in ``srcdata[dgl.NID]`` and ``dstdata[dgl.NID]`` (and the edge ids, if the
+        block has them, in ``edata[dgl.EID]``), for stock DGL layers."""
         plan = self.plan
         src = plan.indices.cpu()
         dst = plan.dst_of_edge.cpu()
@@ -256,6 +272,8 @@ class SampledBlock:
                                  num_dst_nodes=plan.num_dst)
         block.srcdata[dgl.NID] = self.src_nodes.cpu()
         block.dstdata[dgl.NID] = self.dst_nodes.cpu()
+        if self.edge_ids is not None:
+            block.edata[dgl.EID] = self.edge_ids.cpu()
         return block
 
     def __repr__(self):

@@ -190,26 +190,24 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     return out
 
 
-def _sample_fake(graph_indptr, graph_indices, dst, block_indptr, draws, num_edges, fanout):
+def _sample_fake(graph_indptr, dst, block_indptr, draws, num_edges, fanout):
     return dst.new_empty((num_edges,), dtype=torch.int64)
 
 
 @_custom_op("sample_neighbors", _sample_fake)
-def sample_neighbors(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
-                     dst: torch.Tensor, block_indptr: torch.Tensor,
+def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr: torch.Tensor,
                      draws: Optional[torch.Tensor], num_edges: int,
                      fanout: int) -> torch.Tensor:
     out = torch.empty(num_edges, dtype=torch.int64, device=dst.device)
     n = dst.numel()
     if n == 0 or num_edges == 0:
         return out
-    defines, threads = cfg.sample_config(graph_indices)
+    defines, threads = cfg.sample_config()
     if fanout > defines["MAX_FANOUT"]:  # the kernel's per-thread pick list
         raise ValueError(f"the sampling kernel takes fan-outs up to {defines['MAX_FANOUT']}, "
                          f"got {fanout}")
     kern = kernel("sample_neighbors", "sample_neighbors", defines, dst.device.index)
     launch(kern, -(-n // threads), threads,
-           (ptr(graph_indptr), ptr(graph_indices), ptr(dst), ptr(block_indptr),
-            _ptr_or_null(draws), ptr(out), i64(n),
-            i32(fanout)), 0, dst.device)
+           (ptr(graph_indptr), ptr(dst), ptr(block_indptr), _ptr_or_null(draws), ptr(out),
+            i64(n), i32(fanout)), 0, dst.device)
     return out

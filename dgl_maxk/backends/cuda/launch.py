@@ -187,9 +187,8 @@ def sspmm_passes(n_src: int, k: int) -> int:
     return passes
 
 
-def sample_config(graph_indices):
+def sample_config():
     """(defines, threads per block) of the neighbour sampler: ``MAX_FANOUT`` is the longest
     pick list a thread holds (larger fan-outs go to the reference)."""
-    return ({"IDX64": int(graph_indices.dtype == torch.int64),
-             "MAX_FANOUT": option("sample_neighbors", "max_fanout")},
+    return ({"MAX_FANOUT": option("sample_neighbors", "max_fanout")},
             option("sample_neighbors", "threads"))

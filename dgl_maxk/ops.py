@@ -145,17 +145,17 @@ class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, bias, mean, rstd = ctx.saved_tensors
-        grads = torch.ops.aten.native_layer_norm_backward(
-            grad_y.contiguous(), x, [x.shape[-1]], mean, rstd, weight, bias,
-            list(ctx.needs_input_grad[:3]))
+        grads = backends.for_tensor(x).layer_norm_backward(
+            grad_y.contiguous(), x, mean, rstd, weight, bias, ctx.needs_input_grad[:3])
         return (*grads, None)
 
 
 def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None,
                eps: float = 1e-5) -> torch.Tensor:
     """``torch.nn.functional.layer_norm``; on a GPU, 2-D fp32 input with weight and bias runs
-    dgl_maxk's kernel (one warp per row, about three times faster than torch's on rows of
-    256) and torch's backward. Under autocast, or for any other input, torch's own."""
+    dgl_maxk's kernels forward and backward (one warp per row; the forward about three times
+    faster than torch's on rows of 256). Under autocast, or for any other input, torch's
+    own."""
     if (x.dim() != 2 or len(normalized_shape) != 1 or weight is None or bias is None
             or _autocast_enabled(x.device.type)):
         return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)

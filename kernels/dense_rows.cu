@@ -7,12 +7,16 @@
 //   copied, so it serves fp32, fp16 and bf16 alike. Also MaxK's backward.
 // layer_norm: y = (x - mean) * rstd * weight + bias with mean and rstd = 1 / sqrt(var + eps)
 //   per row (the biased variance, as torch's LayerNorm), fp32; mean and rstd are written
-//   for torch's backward. Two passes over the row in registers: the mean, then the variance
+//   for the backward. Two passes over the row in registers: the mean, then the variance
 //   of x - mean.
+// layer_norm_backward: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight
+//   and xhat = (x - mean) * rstd, per row; persistent warps also sum dy * xhat and dy over
+//   their rows, column by column, into one row of partial sums each (the caller adds the
+//   rows up: the gradients of weight and bias, in a fixed order).
 //
 // Compile-time constants (-D):
 //   ELEM_BYTES 4 or 2 (cbsr_to_dense), IDX_BYTES 1 or 2 (CBSR indices), RV elements per lane
-//   (layer_norm), WARPS per block.
+//   (layer_norm, layer_norm_backward: a multiple of 4), WARPS per block.
 
 #ifndef ELEM_BYTES
 #define ELEM_BYTES 4
@@ -104,4 +108,68 @@ layer_norm(const float* __restrict__ x, const float* __restrict__ weight,
         }
     }
     if (lane == 0) { mean_out[row] = mean; rstd_out[row] = rstd; }
+}
+
+// A row's RV / 4 float4 vectors of lane `lane` (columns lane * 4 + 128 * i), zeros past d.
+__device__ __forceinline__ void load_row(const float* row, int d, int lane, float4 (&v)[RV / 4]) {
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) {
+        const int c = lane * 4 + 128 * i;
+        v[i] = c < d ? *reinterpret_cast<const float4*>(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+layer_norm_backward(const float* __restrict__ dy, const float* __restrict__ x,
+                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                    const float* __restrict__ weight, float* __restrict__ dx,
+                    float* __restrict__ part_weight, float* __restrict__ part_bias,
+                    long long n_rows, int d) {
+    const int lane = threadIdx.x & 31;
+    const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const long long num_warps = (long long)gridDim.x * WARPS;
+    float4 w[RV / 4], acc_w[RV / 4], acc_b[RV / 4];
+    load_row(weight, d, lane, w);
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i)
+        acc_w[i] = acc_b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+    for (long long row = warp; row < n_rows; row += num_warps) {
+        float4 xv[RV / 4], gv[RV / 4];
+        load_row(x + row * (long long)d, d, lane, xv);
+        load_row(dy + row * (long long)d, d, lane, gv);
+        const float m = mean[row], r = rstd[row];
+        float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+        for (int i = 0; i < RV / 4; ++i) {  // xv becomes xhat; padding stays 0 in every sum
+            xv[i] = make_float4((xv[i].x - m) * r, (xv[i].y - m) * r, (xv[i].z - m) * r,
+                                (xv[i].w - m) * r);
+            acc_w[i].x += gv[i].x * xv[i].x; acc_w[i].y += gv[i].y * xv[i].y;
+            acc_w[i].z += gv[i].z * xv[i].z; acc_w[i].w += gv[i].w * xv[i].w;
+            acc_b[i].x += gv[i].x; acc_b[i].y += gv[i].y;
+            acc_b[i].z += gv[i].z; acc_b[i].w += gv[i].w;
+            gv[i] = make_float4(gv[i].x * w[i].x, gv[i].y * w[i].y, gv[i].z * w[i].z,
+                                gv[i].w * w[i].w);
+            s1 += (gv[i].x + gv[i].y) + (gv[i].z + gv[i].w);
+            s2 += (gv[i].x * xv[i].x + gv[i].y * xv[i].y) + (gv[i].z * xv[i].z + gv[i].w * xv[i].w);
+        }
+        const float mean_g = warp_sum_f(s1) / d, mean_gx = warp_sum_f(s2) / d;
+        float* out = dx + row * (long long)d;
+#pragma unroll
+        for (int i = 0; i < RV / 4; ++i) {
+            const int c = lane * 4 + 128 * i;
+            if (c < d)
+                *reinterpret_cast<float4*>(out + c) = make_float4(
+                    r * (gv[i].x - mean_g - xv[i].x * mean_gx), r * (gv[i].y - mean_g - xv[i].y * mean_gx),
+                    r * (gv[i].z - mean_g - xv[i].z * mean_gx), r * (gv[i].w - mean_g - xv[i].w * mean_gx));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) {
+        const int c = lane * 4 + 128 * i;
+        if (c < d) {
+            *reinterpret_cast<float4*>(part_weight + warp * d + c) = acc_w[i];
+            *reinterpret_cast<float4*>(part_bias + warp * d + c) = acc_b[i];
+        }
+    }
 }

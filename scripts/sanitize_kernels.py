@@ -53,10 +53,14 @@ def main():
                   and same_bits(dense, reference.cbsr_to_dense(rv, ri, d)))
             bad += not ok
             print(f"maxk, to_dense d={d} k={k} {dtype}: {'ok' if ok else 'MISMATCH'}")
-    for d in (4, 256, 1000):
+    for d in (4, 256, 500, 1000):
         x, w, b = torch.randn(37, d, device=dev), torch.randn(d, device=dev), torch.randn(d, device=dev)
-        err = max(rel(a, r) for a, r in zip(cuda.layer_norm(x, w, b, 1e-5),
-                                             reference.layer_norm(x, w, b, 1e-5)))
+        y, mean, rstd = cuda.layer_norm(x, w, b, 1e-5)
+        gy, mask = torch.randn_like(x), (True, True, True)
+        err = max(rel(a, r) for a, r in zip(
+            (y, mean, rstd, *cuda.layer_norm_backward(gy, x, mean, rstd, w, b, mask)),
+            (*reference.layer_norm(x, w, b, 1e-5),
+             *reference.layer_norm_backward(gy, x, mean, rstd, w, b, mask))))
         bad += not err < 1e-5
         print(f"layer_norm d={d}: {'ok' if err < 1e-5 else 'MISMATCH'} ({err:.1e})")
     for group_size in (8, launch.group_size()):

@@ -215,13 +215,14 @@ def test_maxk_backward_is_the_dense_gradient():
     assert torch.equal(got, expected), seed
 
 
-@pytest.mark.parametrize("d", [4, 8, 252, 256, 384, 1024, 6, 1028])
+@pytest.mark.parametrize("d", [4, 8, 252, 256, 384, 512, 516, 1024, 6, 1028])
 def test_layer_norm_matches_torch(d):
     """Forward (y, mean, rstd) and backward against torch's LayerNorm, on rows with a large
-    offset (the variance is taken around the mean), N not a multiple of the warps of a block;
-    widths the kernel does not take (d % 4 != 0, d > 1024) run torch's."""
+    offset (the variance is taken around the mean), N not a multiple of the warps of a block
+    and larger than the backward's persistent grid; widths the kernels do not take (d % 4 !=
+    0, d > 1024; the backward: d > 512) run torch's."""
     seed = fresh_seed()
-    n = 1001
+    n = 40_001
     x = (torch.randn(n, d, device=DEV) * 3 + 100).requires_grad_()
     w = torch.randn(d, device=DEV, requires_grad=True)
     b = torch.randn(d, device=DEV, requires_grad=True)
@@ -238,6 +239,22 @@ def test_layer_norm_matches_torch(d):
     assert rel_err(out, want_out) < TOL, seed
     for got, want in zip(grads, want_grads):
         assert rel_err(got, want) < 1e-4, f"seed={seed} d={d}"
+    mask = (True, False, True)
+    _, mean, rstd = cuda.layer_norm(x.detach(), w.detach(), b.detach(), 1e-5)
+    parts = cuda.layer_norm_backward(gy, x.detach(), mean, rstd, w.detach(), b.detach(), mask)
+    assert parts[1] is None and rel_err(parts[2], want_grads[2]) < 1e-4, seed
+    empty = cuda.layer_norm_backward(gy[:0], x.detach()[:0], mean[:0], rstd[:0], w.detach(),
+                                     b.detach(), (True, True, True))
+    assert empty[0].shape == (0, d) and not empty[1].any() and not empty[2].any()
+
+
+def test_layer_norm_on_unaligned_rows_runs_torchs():
+    """Rows that start off a 16-byte boundary cannot be read as float4: torch's path."""
+    seed = fresh_seed()
+    x = torch.randn(1 + 50 * 64, device=DEV)[1:].view(50, 64)
+    w, b = torch.randn(64, device=DEV), torch.randn(64, device=DEV)
+    for got, want in zip(cuda.layer_norm(x, w, b, 1e-5), reference.layer_norm(x, w, b, 1e-5)):
+        assert torch.equal(got, want), seed
 
 
 # --------------------------------------------------------------------------------------------
@@ -437,6 +454,11 @@ def test_opcheck():
                           test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.layer_norm.default,
                           (h, torch.randn(64, device=DEV), torch.randn(64, device=DEV), 1e-5),
+                          test_utils=tests)
+    y, mean, rstd = cuda.layer_norm(h, torch.randn(64, device=DEV), torch.randn(64, device=DEV),
+                                    1e-5)
+    torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_backward.default,
+                          (torch.randn_like(h), h, mean, rstd, torch.randn(64, device=DEV)),
                           test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
                           (group_row, group_start, col, ev, xv, xi, 40, 64, multi),

@@ -63,6 +63,13 @@ def layer_norm(x: torch.Tensor, weight, bias, eps: float):
     return torch.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)
 
 
+def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
+    """(dx, dweight, dbias) of :func:`layer_norm` (torch's own; None where ``output_mask``
+    is False)."""
+    return torch.ops.aten.native_layer_norm_backward(grad_y, x, [x.shape[-1]], mean, rstd,
+                                                     weight, bias, list(output_mask))
+
+
 def _add_nan_stats(nan_stats, h):
     bad = torch.isnan(h).reshape(-1)
     if bool(bad.any()):

@@ -28,7 +28,7 @@ from .launch import KERNEL_DTYPES
 from .runtime import available
 
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_spgemm", "cbsr_sspmm",
-           "cbsr_sddmm", "layer_norm", "sample_neighbors", "launch"]
+           "cbsr_sddmm", "layer_norm", "layer_norm_backward", "sample_neighbors", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -57,13 +57,25 @@ def layer_norm(x, weight, bias, eps: float):
     """(y, mean, rstd) of a LayerNorm over the rows of ``x``, as the reference. The kernel
     takes fp32 rows of width d % 4 == 0, d <= ``launch.DENSE_ROWS_MAX_WIDTH``, with fp32
     weight and bias; anything else goes to the reference."""
-    d = x.shape[-1]
-    if not (x.dim() == 2 and x.dtype == torch.float32 and d % 4 == 0
-            and d <= launch.DENSE_ROWS_MAX_WIDTH and weight is not None and bias is not None
-            and weight.dtype == bias.dtype == torch.float32):
+    if not (x.dim() == 2 and x.shape[-1] <= launch.DENSE_ROWS_MAX_WIDTH
+            and weight is not None and bias is not None
+            and launch.float4_rows(x, weight, bias)):
         return reference.layer_norm(x, weight, bias, eps)
-    return kernels.layer_norm(x.contiguous(), weight.contiguous(), bias.contiguous(),
-                              float(eps))
+    return kernels.layer_norm(x, weight, bias, float(eps))
+
+
+def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
+    """(dx, dweight, dbias) of :func:`layer_norm`, as the reference (None where
+    ``output_mask`` says no). The kernel takes what the forward kernel takes, up to
+    ``launch.LAYER_NORM_BACKWARD_MAX_WIDTH`` wide; the weight and bias gradients are summed
+    in a fixed order (deterministic)."""
+    if not (x.dim() == 2 and x.shape[-1] <= launch.LAYER_NORM_BACKWARD_MAX_WIDTH
+            and weight is not None and bias is not None
+            and launch.float4_rows(grad_y, x, weight)):
+        return reference.layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask)
+    dx, sums = kernels.layer_norm_backward(grad_y, x, mean.contiguous(), rstd.contiguous(),
+                                           weight)
+    return tuple(g if need else None for g, need in zip((dx, sums[0], sums[1]), output_mask))
 
 
 def _edge_groups(plan):

@@ -122,6 +122,29 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return y, mean, rstd
 
 
+def _layer_norm_backward_fake(grad_y, x, mean, rstd, weight):
+    return x.new_empty(x.shape), x.new_empty((2, x.shape[1]))
+
+
+@_custom_op("layer_norm_backward", _layer_norm_backward_fake)
+def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
+                        rstd: torch.Tensor,
+                        weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, [dweight; dbias]): the persistent warps' partial sums are added up here."""
+    n, d = x.shape
+    dx = torch.empty_like(x)
+    if n == 0:
+        return dx, x.new_zeros((2, d))
+    defines, warps = cfg.layer_norm_config(d)
+    kern = kernel("dense_rows", "layer_norm_backward", defines, x.device.index)
+    blocks = grid(kern, warps, 0, n, True, x.device.index)
+    parts = torch.empty((2, blocks * warps, d), dtype=torch.float32, device=x.device)
+    launch(kern, blocks, warps * 32,
+           (ptr(grad_y), ptr(x), ptr(mean), ptr(rstd), ptr(weight), ptr(dx), ptr(parts[0]),
+            ptr(parts[1]), i64(n), i32(d)), 0, x.device)
+    return dx, parts.sum(1)
+
+
 def _spgemm_fake(group_row, group_start, col, edge_values, x_values, x_indices, num_dst, d,
                  zero):
     return x_values.new_empty((num_dst, d), dtype=torch.float32)

@@ -77,6 +77,13 @@ def _aligned(t: torch.Tensor, nbytes: int) -> bool:
     return t.data_ptr() % nbytes == 0
 
 
+def float4_rows(*tensors) -> bool:
+    """Whether the rows of these 2-D fp32 tensors can be read as float4 vectors (contiguous,
+    width a multiple of 4, 16-byte aligned)."""
+    return all(t.dtype == torch.float32 and t.is_contiguous() and t.shape[-1] % 4 == 0
+               and _aligned(t, 16) for t in tensors)
+
+
 def value_kind(dtype) -> int:
     """VAL_KIND of a value dtype: 0 fp32, 1 fp16, 2 bf16."""
     return {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
@@ -99,8 +106,10 @@ def maxk_config(h: torch.Tensor, d: int):
     return "maxk_smem", defines, warps, warps * 4 * d
 
 
-#: The widest rows the dense-row kernels hold in registers (32 fp32 values per lane).
+#: The widest rows the dense-row kernels hold in registers (32 fp32 values per lane; the
+#: LayerNorm backward holds five rows' worth, so at most 16 values per lane).
 DENSE_ROWS_MAX_WIDTH = 1024
+LAYER_NORM_BACKWARD_MAX_WIDTH = 512
 
 
 def to_dense_config(values, indices):
@@ -111,7 +120,8 @@ def to_dense_config(values, indices):
 
 
 def layer_norm_config(d: int):
-    """(defines, warps) of ``layer_norm``: 4 * ceil(d / 128) values per lane."""
+    """(defines, warps) of ``layer_norm`` and ``layer_norm_backward``: 4 * ceil(d / 128)
+    values per lane."""
     warps = option("dense_rows", "warps")
     return {"RV": 4 * -(-d // 128), "WARPS": warps}, warps
 

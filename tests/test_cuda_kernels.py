@@ -240,6 +240,15 @@ def test_layer_norm_matches_torch(d):
         assert rel_err(got, want) < 1e-4, f"seed={seed} d={d}"
 
 
+def test_layer_norm_weight_of_another_width_is_torchs_error():
+    """The kernel reads weight and bias at every column of x: weights of another width get
+    torch's error, not a read past their end."""
+    x = torch.randn(37, 8, device=DEV)
+    with pytest.raises(RuntimeError, match="same shape as normalized_shape"):
+        cuda.layer_norm(x, torch.randn(4, device=DEV), torch.randn(4, device=DEV), 1e-5)
+    torch.cuda.synchronize()
+
+
 # --------------------------------------------------------------------------------------------
 # aggregation kernels
 # --------------------------------------------------------------------------------------------

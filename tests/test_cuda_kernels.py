@@ -249,6 +249,22 @@ def test_layer_norm_weight_of_another_width_is_torchs_error():
     torch.cuda.synchronize()
 
 
+def test_layer_norm_misaligned_and_empty_rows():
+    """Contiguous x, weight and bias that start off a 16-byte boundary (the kernel's float4
+    loads), and rows of width 0, give torch's result."""
+    seed = fresh_seed()
+    n, d = 37, 256
+    x = torch.randn(n * d + 1, device=DEV)[1:].view(n, d)
+    w, b = (torch.randn(d + 1, device=DEV)[1:] for _ in range(2))
+    for args in ((x, w, b), (x.clone(), w, b), (x, w.clone(), b.clone())):
+        for got, want in zip(cuda.layer_norm(*args, 1e-5), reference.layer_norm(*args, 1e-5)):
+            assert rel_err(got, want) < TOL, seed
+    empty = torch.empty(5, 0, device=DEV)
+    y, _, _ = cuda.layer_norm(empty, torch.empty(0, device=DEV), torch.empty(0, device=DEV), 1e-5)
+    assert y.shape == (5, 0)
+    torch.cuda.synchronize()
+
+
 # --------------------------------------------------------------------------------------------
 # aggregation kernels
 # --------------------------------------------------------------------------------------------

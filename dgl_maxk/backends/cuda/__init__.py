@@ -55,13 +55,14 @@ def cbsr_to_dense(values, indices, d: int):
 
 def layer_norm(x, weight, bias, eps: float):
     """(y, mean, rstd) of a LayerNorm over the rows of ``x``, as the reference. The kernel
-    takes fp32 rows of width d % 4 == 0, d <= ``launch.DENSE_ROWS_MAX_WIDTH``, with fp32
-    weight and bias; anything else goes to the reference."""
+    takes fp32 rows of width d % 4 == 0, 0 < d <= ``launch.DENSE_ROWS_MAX_WIDTH``, with fp32
+    weight and bias of width d; anything else goes to the reference."""
     d = x.shape[-1]
     if not (x.dim() == 2 and x.dtype == torch.float32 and d % 4 == 0
             and d <= launch.DENSE_ROWS_MAX_WIDTH and weight is not None and bias is not None
             and weight.dtype == bias.dtype == torch.float32
-            and weight.shape == bias.shape == (d,)):  # else torch's error, not a read past w
+            and weight.shape == bias.shape == (d,)  # else torch's error, not a read past w
+            and d > 0):  # no zero-length register array
         return reference.layer_norm(x, weight, bias, eps)
     return kernels.layer_norm(x.contiguous(), weight.contiguous(), bias.contiguous(),
                               float(eps))

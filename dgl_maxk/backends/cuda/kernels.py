@@ -114,6 +114,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     mean, rstd = (torch.empty((n, 1), dtype=torch.float32, device=x.device) for _ in range(2))
     if n == 0:
         return y, mean, rstd
+    # the kernel's float4 loads: a view that starts off a 16-byte boundary is copied
+    x, weight, bias = (t.clone() if t.data_ptr() % 16 else t for t in (x, weight, bias))
     defines, warps = cfg.layer_norm_config(d)
     kern = kernel("dense_rows", "layer_norm", defines, x.device.index)
     launch(kern, -(-n // warps), warps * 32,

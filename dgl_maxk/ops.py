@@ -153,9 +153,10 @@ class _LayerNorm(torch.autograd.Function):
 
 def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None,
                eps: float = 1e-5) -> torch.Tensor:
-    """``torch.nn.functional.layer_norm``; on a GPU, 2-D fp32 input with weight and bias runs
-    dgl_maxk's kernel (one warp per row, about three times faster than torch's on rows of
-    256) and torch's backward. Under autocast, or for any other input, torch's own."""
+    """``torch.nn.functional.layer_norm``; on a GPU, 2-D fp32 input of width d % 4 == 0,
+    d <= 1024, with weight and bias runs dgl_maxk's kernel (one warp per row, about three
+    times faster than torch's on rows of 256) and torch's backward. Under autocast, or for
+    any other input, torch's own."""
     if (x.dim() != 2 or tuple(normalized_shape) != (x.shape[-1],) or weight is None
             or bias is None or _autocast_enabled(x.device.type)):  # torch's (or its error)
         return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)

@@ -188,7 +188,7 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
     for (int i = 0; i < CH; ++i)
 #pragma unroll
         for (int v = 0; v < VEC; ++v) gt += (key[i][v] > T);
-    const int need_eq = k - warp_sum(gt);  // >= 1
+    const int need_eq = k - warp_sum(gt);  // >= 1, or 0 after the early exit
 
     const unsigned int lt_mask = (1u << lane) - 1u;
     int base = 0, eq_base = 0;

@@ -248,13 +248,29 @@ def test_layer_norm_matches_torch(d):
     assert empty[0].shape == (0, d) and not empty[1].any() and not empty[2].any()
 
 
-def test_layer_norm_on_unaligned_rows_runs_torchs():
-    """Rows that start off a 16-byte boundary cannot be read as float4: torch's path."""
+def test_layer_norm_weight_of_another_width_is_torchs_error():
+    """The kernel reads weight and bias at every column of x: weights of another width get
+    torch's error, not a read past their end."""
+    x = torch.randn(37, 8, device=DEV)
+    with pytest.raises(RuntimeError, match="same shape as normalized_shape"):
+        cuda.layer_norm(x, torch.randn(4, device=DEV), torch.randn(4, device=DEV), 1e-5)
+    torch.cuda.synchronize()
+
+
+def test_layer_norm_misaligned_and_empty_rows():
+    """Contiguous x, weight and bias that start off a 16-byte boundary (the kernel's float4
+    loads), and rows of width 0, give torch's result."""
     seed = fresh_seed()
-    x = torch.randn(1 + 50 * 64, device=DEV)[1:].view(50, 64)
-    w, b = torch.randn(64, device=DEV), torch.randn(64, device=DEV)
-    for got, want in zip(cuda.layer_norm(x, w, b, 1e-5), reference.layer_norm(x, w, b, 1e-5)):
-        assert torch.equal(got, want), seed
+    n, d = 37, 256
+    x = torch.randn(n * d + 1, device=DEV)[1:].view(n, d)
+    w, b = (torch.randn(d + 1, device=DEV)[1:] for _ in range(2))
+    for args in ((x, w, b), (x.clone(), w, b), (x, w.clone(), b.clone())):
+        for got, want in zip(cuda.layer_norm(*args, 1e-5), reference.layer_norm(*args, 1e-5)):
+            assert rel_err(got, want) < TOL, seed
+    empty = torch.empty(5, 0, device=DEV)
+    y, _, _ = cuda.layer_norm(empty, torch.empty(0, device=DEV), torch.empty(0, device=DEV), 1e-5)
+    assert y.shape == (5, 0)
+    torch.cuda.synchronize()
 
 
 # --------------------------------------------------------------------------------------------

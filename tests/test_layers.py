@@ -464,6 +464,22 @@ def test_sparse_aggregation_happens_before_projection(layer, h, monkeypatch):
         assert isinstance(x, CBSR) and x.k == 4 and x.d == 16
 
 
+@pytest.mark.parametrize("tuple_input", (False, True))
+def test_sage_mean_with_k_keeps_the_destination_rows_sparse(tuple_input, h, monkeypatch):
+    """SAGE 'mean' on CBSR destination rows runs its self GEMM on them as CBSR: no N x d
+    dense copy of them (CBSR.to_dense) in the forward or the backward."""
+    g = h.make_graph("self_loops", 20)
+    conv = SAGEConv(16, 8, "mean", k=4)
+    x = torch.randn(20, 16, requires_grad=True)
+    feat = (x, x) if tuple_input else x
+
+    def refuse(self):
+        raise AssertionError("CBSR.to_dense called")
+    monkeypatch.setattr(CBSR, "to_dense", refuse)
+    conv(g, feat).sum().backward()
+    assert x.grad is not None
+
+
 def test_k_validation_at_construction():
     with pytest.raises(ValueError, match="k"):
         SAGEConv(8, 4, "mean", k=9)

@@ -1,4 +1,6 @@
 """Operators: maxk, cbsr_spgemm, spmm, aggregate, and the graph plan behind them."""
+import re
+
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -385,3 +387,17 @@ def test_cbsr_addmm_is_addmm_on_the_dense_rows(h):
     frozen = cbsr_addmm(c.detach(), x.with_values(x.values.detach()), w)
     (gw,) = torch.autograd.grad(frozen.sum(), w)
     assert torch.allclose(gw, torch.ones(30, 7, dtype=torch.float64).t() @ x.to_dense().detach())
+
+
+def test_layer_norm_op_refuses_what_torch_refuses():
+    """A normalized_shape other than the input's last width gets torch's error, not a
+    LayerNorm over the whole row (with weights of another width: a read past them on a GPU)."""
+    from dgl_maxk.nn import LayerNorm
+    from dgl_maxk.ops import layer_norm
+    x, w, b = torch.randn(5, 8), torch.randn(8), torch.randn(8)
+    with pytest.raises(RuntimeError) as want:
+        torch.nn.functional.layer_norm(x, (4,), w, b)
+    with pytest.raises(RuntimeError, match=re.escape(str(want.value))):
+        layer_norm(x, (4,), w, b)
+    with pytest.raises(RuntimeError, match=r"expected input with shape \[\*, 8\]"):
+        LayerNorm(8)(torch.randn(5, 16))

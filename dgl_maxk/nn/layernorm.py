@@ -14,9 +14,10 @@ class LayerNorm(nn.LayerNorm):
 
     over the last dimension (biased variance). Same constructor, parameters (``weight``
     :math:`\gamma` and ``bias`` :math:`\beta`, shape ``normalized_shape``) and state dict as
-    torch's. 2-D fp32 input with ``elementwise_affine`` runs one warp per row (torch's
-    kernel made a third of a MaxK epoch's dense work on the products-sized graph) and
-    torch's backward; other input, and input under autocast, runs torch's own.
+    torch's. 2-D fp32 input of width d % 4 == 0, d <= 1024, with ``elementwise_affine`` and a
+    bias runs one warp per row forward (torch's kernel made a third of a MaxK epoch's dense
+    work on the products-sized graph) and backward (d <= 512; torch's above); other input,
+    and input under autocast, runs torch's own.
 
     Example
     -------

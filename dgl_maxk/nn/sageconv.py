@@ -82,7 +82,7 @@ class SAGEConv(dgl.nn.SAGEConv):
         # DGL projects before aggregating when that is cheaper; never on sparse input.
         lin_before_mp = isinstance(src, torch.Tensor) and self._in_src_feats > self._out_feats
         if self._aggre_type == "mean":
-            if isinstance(src, CBSR) and dense(dst).dim() == 2:
+            if isinstance(src, CBSR) and (isinstance(dst, CBSR) or dst.dim() == 2):
                 # the self GEMM adds the neighbour GEMM's output in its epilogue (no N x d
                 # sum pass) and keeps CBSR rows, not dense ones, for its backward
                 h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,

@@ -55,10 +55,12 @@ def cbsr_to_dense(values, indices, d: int):
 
 def layer_norm(x, weight, bias, eps: float):
     """(y, mean, rstd) of a LayerNorm over the rows of ``x``, as the reference. The kernel
-    takes fp32 rows of width d % 4 == 0, d <= ``launch.DENSE_ROWS_MAX_WIDTH``, with fp32
-    weight and bias; anything else goes to the reference."""
-    if not (x.dim() == 2 and x.shape[-1] <= launch.DENSE_ROWS_MAX_WIDTH
+    takes fp32 rows of width d % 4 == 0, 0 < d <= ``launch.DENSE_ROWS_MAX_WIDTH``, 16-byte
+    aligned, with fp32 weight and bias of width d; anything else goes to the reference."""
+    d = x.shape[-1]
+    if not (x.dim() == 2 and 0 < d <= launch.DENSE_ROWS_MAX_WIDTH
             and weight is not None and bias is not None
+            and weight.shape == bias.shape == (d,)  # else torch's error, not a read past w
             and launch.float4_rows(x, weight, bias)):
         return reference.layer_norm(x, weight, bias, eps)
     return kernels.layer_norm(x, weight, bias, float(eps))
@@ -69,7 +71,7 @@ def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
     ``output_mask`` says no). The kernel takes what the forward kernel takes, up to
     ``launch.LAYER_NORM_BACKWARD_MAX_WIDTH`` wide; the weight and bias gradients are summed
     in a fixed order (deterministic)."""
-    if not (x.dim() == 2 and x.shape[-1] <= launch.LAYER_NORM_BACKWARD_MAX_WIDTH
+    if not (x.dim() == 2 and 0 < x.shape[-1] <= launch.LAYER_NORM_BACKWARD_MAX_WIDTH
             and weight is not None and bias is not None
             and launch.float4_rows(grad_y, x, weight)):
         return reference.layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask)

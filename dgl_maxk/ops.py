@@ -32,8 +32,7 @@ class _MaxK(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_values, _grad_indices):
         (indices,) = ctx.saved_tensors
-        backend = backends.for_tensor(grad_values)
-        return backend.cbsr_to_dense(grad_values, indices, ctx.width), None, None
+        return _dense_rows(grad_values, indices, ctx.width), None, None
 
 
 def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
@@ -86,6 +85,14 @@ class _ToDense(torch.autograd.Function):
         return grad.gather(1, indices.long()), None, None
 
 
+def _dense_rows(values, indices, d):
+    """The dense rows of CBSR (values, indices) inside a backward: recorded for a second
+    derivative when the backward itself builds a graph (``create_graph=True``)."""
+    if torch.is_grad_enabled():
+        return _ToDense.apply(values, indices, d)
+    return backends.for_tensor(values).cbsr_to_dense(values, indices, d)
+
+
 def cbsr_to_dense(x: CBSR) -> torch.Tensor:
     """The N x d dense matrix of CBSR ``x`` (zeros off its pattern), differentiable with
     respect to ``x.values``; also ``x.to_dense()``."""
@@ -112,7 +119,7 @@ class _CBSRAddmm(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_values = (grad @ weight).gather(1, indices.long())
         if ctx.needs_input_grad[4]:  # the dense rows again, for this one GEMM
-            dense = backends.for_tensor(values).cbsr_to_dense(values, indices, ctx.d)
+            dense = _dense_rows(values, indices, ctx.d)
             grad_weight = grad.t() @ dense
         return (grad if ctx.needs_input_grad[0] else None), grad_values, None, None, grad_weight
 

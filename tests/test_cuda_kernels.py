@@ -205,6 +205,24 @@ def test_cbsr_to_dense_bit_identical(d, dtype):
     assert empty.shape == (0, 8)
 
 
+def test_second_derivatives_through_the_dense_row_kernels():
+    """MaxK's backward and cbsr_addmm's make dense rows with the kernel; under
+    create_graph=True the second derivative must match the float64 reference's."""
+    seed = fresh_seed()
+    x64 = torch.randn(40, 32, dtype=torch.float64)
+    w64 = torch.randn(6, 32, dtype=torch.float64)
+
+    def second(x, w):
+        x, w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        c = torch.zeros(x.shape[0], w.shape[0], dtype=x.dtype, device=x.device)
+        out = (ops.cbsr_addmm(c, ops.maxk(x, 5), w) ** 2).sum() + (ops.maxk(x, 5).values ** 3).sum()
+        gx, gw = torch.autograd.grad(out, (x, w), create_graph=True)
+        return torch.autograd.grad(gx.sum() + gw.sum(), (x, w))
+
+    for got, want in zip(second(x64.float().to(DEV), w64.float().to(DEV)), second(x64, w64)):
+        assert rel_err(got.cpu(), want) < 1e-4, seed
+
+
 def test_maxk_backward_is_the_dense_gradient():
     seed = fresh_seed()
     h = torch.randn(300, 256, device=DEV, requires_grad=True)

@@ -401,3 +401,14 @@ def test_layer_norm_op_refuses_what_torch_refuses():
         layer_norm(x, (4,), w, b)
     with pytest.raises(RuntimeError, match=r"expected input with shape \[\*, 8\]"):
         LayerNorm(8)(torch.randn(5, 16))
+
+
+def test_maxk_and_cbsr_addmm_have_second_derivatives():
+    """Their backwards make dense rows; with create_graph=True those are recorded too."""
+    from dgl_maxk.ops import cbsr_addmm
+    x = torch.randn(12, 10, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 10, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(12, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: maxk(t, 3).values, (x,))
+    assert torch.autograd.gradgradcheck(lambda cc, ww: cbsr_addmm(cc, maxk(x, 3), ww) ** 2,
+                                        (c, w))

@@ -1,6 +1,6 @@
 """The CUDA backend: CBSR kernels compiled at run time through CuPy.
 
-The four functions below have the signatures and semantics of
+The functions below have the signatures and semantics of
 :mod:`dgl_maxk.backends.reference`; :mod:`dgl_maxk.ops` sends CUDA tensors here when
 :func:`available` is true. :mod:`.runtime` compiles and launches, :mod:`.launch` holds the
 launch table, :mod:`.kernels` declares the launches as ``torch.library`` custom ops.
@@ -8,6 +8,10 @@ launch table, :mod:`.kernels` declares the launches as ``torch.library`` custom 
 Precision and determinism:
 
 * ``maxk_cbsr``: exact (values copied bit for bit), deterministic; fp32, fp16, bf16 inputs.
+* ``cbsr_to_dense``: exact (raw bits copied), deterministic.
+* ``layer_norm``, ``layer_norm_backward``: fp32, deterministic (the weight and bias
+  gradients are per-warp partial sums added in a fixed order); not bit-identical to
+  torch's kernels (another summation order).
 * ``cbsr_spgemm``: fp32 accumulation. Rows of A with at most ``group_size`` entries (see
   :data:`.launch.DEFAULTS`) are summed in a fixed order and stored: bit-deterministic. Longer
   rows are split over several warps whose partial sums meet through global atomic adds: NOT

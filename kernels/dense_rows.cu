@@ -67,7 +67,16 @@ __device__ __forceinline__ float warp_sum_f(float v) {
     return v;
 }
 
-// Lane l holds columns l * 4 + 128 * i (+0..3) for i < RV / 4 (float4 loads; d % 4 == 0).
+// A row's RV / 4 float4 vectors of lane `lane`: columns lane * 4 + 128 * i (+0..3), zeros
+// past d (float4 loads: d % 4 == 0, 16-byte aligned rows).
+__device__ __forceinline__ void load_row(const float* row, int d, int lane, float4 (&v)[RV / 4]) {
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) {
+        const int c = lane * 4 + 128 * i;
+        v[i] = c < d ? *reinterpret_cast<const float4*>(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 layer_norm(const float* __restrict__ x, const float* __restrict__ weight,
            const float* __restrict__ bias, float* __restrict__ y, float* __restrict__ mean_out,
@@ -75,15 +84,11 @@ layer_norm(const float* __restrict__ x, const float* __restrict__ weight,
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= n_rows) return;
-    const float* src = x + row * (long long)d;
     float4 v[RV / 4];
+    load_row(x + row * (long long)d, d, lane, v);
     float sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < RV / 4; ++i) {
-        const int c = lane * 4 + 128 * i;
-        v[i] = c < d ? *reinterpret_cast<const float4*>(src + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
-    }
+    for (int i = 0; i < RV / 4; ++i) sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
     const float mean = warp_sum_f(sum) / d;
     float sq = 0.f;
 #pragma unroll
@@ -108,15 +113,6 @@ layer_norm(const float* __restrict__ x, const float* __restrict__ weight,
         }
     }
     if (lane == 0) { mean_out[row] = mean; rstd_out[row] = rstd; }
-}
-
-// A row's RV / 4 float4 vectors of lane `lane` (columns lane * 4 + 128 * i), zeros past d.
-__device__ __forceinline__ void load_row(const float* row, int d, int lane, float4 (&v)[RV / 4]) {
-#pragma unroll
-    for (int i = 0; i < RV / 4; ++i) {
-        const int c = lane * 4 + 128 * i;
-        v[i] = c < d ? *reinterpret_cast<const float4*>(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)

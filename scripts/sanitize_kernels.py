@@ -54,7 +54,8 @@ def main():
             bad += not ok
             print(f"maxk, to_dense d={d} k={k} {dtype}: {'ok' if ok else 'MISMATCH'}")
     for d in (4, 256, 500, 1000):
-        x, w, b = torch.randn(37, d, device=dev), torch.randn(d, device=dev), torch.randn(d, device=dev)
+        x = torch.randn(37, d, device=dev)
+        w, b = torch.randn(d, device=dev), torch.randn(d, device=dev)
         y, mean, rstd = cuda.layer_norm(x, w, b, 1e-5)
         gy, mask = torch.randn_like(x), (True, True, True)
         err = max(rel(a, r) for a, r in zip(

@@ -2,9 +2,9 @@
 
 The in-edges of each row are picked by ``sample_neighbors`` of the tensors' backend (one
 CUDA kernel, or the pure-torch reference), as positions in the graph's CSR, which give the
-block its source nodes and its edges' ids in the graph. Each layer's block costs two reads back to the
-host (its edge count and its number of source nodes, which size its tensors); everything
-else stays on the device. The result is that of DGL's ``NeighborSampler`` with
+block its source nodes and its edges' ids in the graph. Each layer's block costs two reads
+back to the host (its edge count and its number of source nodes, which size its tensors);
+everything else stays on the device. The result is that of DGL's ``NeighborSampler`` with
 ``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
 in-neighbours, each subset of that size equally likely. The random streams differ from DGL's.
 """

@@ -42,7 +42,8 @@ def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
               of row } i, \text{ else } 0
 
     Exactly k entries per row survive (ties go to the lower column), returned as :class:`CBSR`
-    with ascending columns. The gradient flows to the kept positions only. Values are kept as
+    (columns ascending on the CPU; on the GPU in the order its aggregation kernel reads
+    fastest). The gradient flows to the kept positions only. Values are kept as
     they are: a row of ``-inf`` keeps k ``-inf`` values (ReLU would zero them), which makes
     the layers' outputs for it NaN; mask such rows first.
 

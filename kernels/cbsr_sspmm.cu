@@ -1,6 +1,9 @@
 // Backward of the CBSR aggregation with respect to X's values (SSpMM, outer product):
 //     dX[c, j] = sum_r A[r, c] * dY[r, idx[c, j]]      (A^T dY sampled at X's pattern)
-// walking the same edge groups as the forward (no transposed matrix). Persistent warps take
+// walking edge groups (no transposed matrix): group g covers CSR entries [group_start[g],
+// group_end[g]). They are the forward's groups, or, when dX is larger than L2, a walk of the
+// CSR source slice by source slice (GraphPlan.source_slices), so that the atomics of each
+// stretch of the walk hit one slice of dX, which then stays in L2. Persistent warps take
 // the groups (destination row r): a warp stages dY[r] (d floats) in shared memory, then for
 // every edge (r, c, a) pushes a * dY[r][idx[c][j]] into dX[c][j] with global atomic adds
 // (vector red.global.add.v4.f32 on sm_90 when k % 4 == 0). dX must be zero first. The order of the
@@ -12,29 +15,25 @@
 #include "edge_groups.cuh"
 
 EDGE_GROUP_KERNEL
-cbsr_sspmm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val, const float* __restrict__ dy,
+cbsr_sspmm(EDGE_GROUP_ARGS, const long long* __restrict__ group_end,
+           const float* __restrict__ edge_val, const float* __restrict__ dy,
            const idx_t* __restrict__ xi, float* __restrict__ dx, long long num_groups, int k,
-           int d, int c_lo, int c_hi) {
-    // Only edges whose source c lies in [c_lo, c_hi) are pushed: the launcher may split the
-    // sources into passes so that the slice of dX being updated stays in L2.
+           int d) {
     const LanePlace p;
     float* buf = warp_smem(p.warp, d);
 
     for_each_group(num_groups, p.warp, [&](long long g) {
-        const long long e0 = group_start[g], e1 = group_start[g + 1];
+        const long long e0 = group_start[g], e1 = group_end[g];
         if (e0 == e1) return;  // uniform: an empty row contributes nothing
         __syncwarp();  // the previous group's reads of buf are done
         stage_row(buf, dy + (long long)(group_row[g] & 0x7fffffff) * d, d, p.lane);
         __syncwarp();
         for_each_edge_batch<true>(col_idx, edge_val, e0, e1, p,
                                   [&](const int (&cc)[P_U], const float (&aa)[P_U],
-                                      const bool (&in_group)[P_U], const int (&)[P_U],
-                                      long long) {
-            bool ok[P_U];
+                                      const bool (&ok)[P_U], const int (&)[P_U], long long) {
             int ix[P_U][P_T][P_QV];
 #pragma unroll
             for (int u = 0; u < P_U; ++u) {
-                ok[u] = in_group[u] && cc[u] >= c_lo && cc[u] < c_hi;
 #pragma unroll
                 for (int t = 0; t < P_T; ++t) {
                     const int j = (p.sl + t * P_L) * P_QV;

@@ -1,12 +1,14 @@
 // MaxK to CBSR: the k largest entries of each row of a dense N x d matrix, written as CBSR
-// (values N x k, indices N x k), ties broken toward the lower column, indices ascending.
+// (values N x k, indices N x k), ties broken toward the lower column, each row's entries in
+// ascending column order or in the bank order (ORDER_L, below).
 //
 // One warp per row. Each element gets an order-preserving unsigned key (NaN largest, -0 == +0).
 // The k-th largest key T is found by a bitwise threshold search (RTop-K style): for each bit
 // from the top, keep it if at least k keys are >= the candidate prefix (one warp reduction per
 // bit: 32 steps for fp32, 16 for fp16/bf16). Then every key > T is kept, plus the first
 // (k - #{key > T}) keys == T in column order; ballots give each kept element its output slot,
-// so the output is in ascending column order. The kept values are copied bit for bit.
+// so the output is in ascending column order (or the bank order). The kept values are copied
+// bit for bit.
 //
 // Compile-time constants (-D):
 //   ELEM_BYTES 4 (fp32) or 2 (fp16 / bf16: the same sign-magnitude key rule on 16 bits)
@@ -15,8 +17,19 @@
 //   VEC        elements per lane per vector load (VEC * ELEM_BYTES in {2, 4, 8, 16})
 //   CH         chunks of 32 * VEC columns held in registers (maxk_reg only)
 //   WARPS      warps per block
+//   ORDER_L    0: each row's entries in ascending column order; else the order in which
+//              the forward's lanes hit distinct shared-memory banks (maxk_reg only, below)
+//   ORDER_QV   with ORDER_L: the forward's entries per lane-load
+//   ORDER_STEPS with ORDER_L: k / ORDER_L (a constant: the division is per kept element)
 // maxk_reg keeps the row in registers (CH * VEC <= 32 elements per lane, d <= 1024 for
 // fp32); maxk_smem keeps the keys in shared memory (d * 4 bytes per warp) for any d.
+//
+// The bank order (ORDER_L = L lanes per edge in cbsr_spgemm, k a multiple of L * ORDER_QV):
+// the forward accumulates a row in k / L steps, lane l of step s taking entry
+// (l + (s / QV) * L) * QV + s % QV, into column c's bank c % L of its window. Ranked by
+// (c % L, c), entry m goes to step m % (k / L) as its (m / (k / L))-th lane: each column
+// residue is dealt round the steps, so one step's L entries share a bank only when their
+// residue holds more than k / L of the row's entries.
 //
 // The search stops early at a prefix with exactly k keys at or above it: those k are the
 // top k (no key equal to the k-th lies outside), so T becomes prefix - 1 and no tie is
@@ -43,6 +56,15 @@
 #endif
 #ifndef WARPS
 #define WARPS 4
+#endif
+#ifndef ORDER_L
+#define ORDER_L 0
+#endif
+#ifndef ORDER_QV
+#define ORDER_QV 1
+#endif
+#ifndef ORDER_STEPS
+#define ORDER_STEPS 1
 #endif
 
 #define FULL_MASK 0xffffffffu
@@ -139,6 +161,47 @@ __device__ __forceinline__ void record_nan(unsigned long long* nan_stats, long l
     }
 }
 
+#if ORDER_L
+// Where the bank order puts each kept element of this lane (see the header): sel[i][v] is
+// the ballot of kept elements of chunk i, vector slot v; returns the slot for (i, v).
+struct BankOrder {
+    static constexpr int P = ORDER_L / VEC;  // lanes whose columns share a residue mod L
+    unsigned int cls;                         // those lanes, for this lane's columns
+    int before[VEC];                          // kept entries of lower residues, per slot v
+
+    __device__ __forceinline__ BankOrder(const unsigned int (&sel)[CH][VEC], int lane) {
+        const unsigned int period = P == 32 ? 1u : 0xffffffffu / ((1u << P) - 1u);
+        cls = period << (lane % P);
+        int cnt = 0;  // lane r < L counts residue r: slot r % VEC of lanes r / VEC (mod P)
+#pragma unroll
+        for (int i = 0; i < CH; ++i)
+#pragma unroll
+            for (int v = 0; v < VEC; ++v)
+                if (lane < ORDER_L && v == lane % VEC)
+                    cnt += __popc(sel[i][v] & (period << (lane / VEC)));
+        int incl = cnt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int t = __shfl_up_sync(FULL_MASK, incl, o);
+            if (lane >= o) incl += t;
+        }
+#pragma unroll
+        for (int v = 0; v < VEC; ++v)
+            before[v] = __shfl_sync(FULL_MASK, incl - cnt, (lane * VEC + v) % ORDER_L);
+    }
+
+    __device__ __forceinline__ int slot(const unsigned int (&sel)[CH][VEC], int i, int v,
+                                        unsigned int lt_mask) const {
+        int m = before[v] + __popc(sel[i][v] & cls & lt_mask);
+#pragma unroll
+        for (int i2 = 0; i2 < CH; ++i2)
+            if (i2 < i) m += __popc(sel[i2][v] & cls);
+        const int step = m % ORDER_STEPS, lane = m / ORDER_STEPS;
+        return (lane + (step / ORDER_QV) * ORDER_L) * ORDER_QV + step % ORDER_QV;
+    }
+};
+#endif
+
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __restrict__ out_idx,
          long long n_rows, int d, int k, unsigned long long* __restrict__ nan_stats) {
@@ -191,12 +254,11 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
     const int need_eq = k - warp_sum(gt);  // >= 1, or 0 after the early exit
 
     const unsigned int lt_mask = (1u << lane) - 1u;
-    int base = 0, eq_base = 0;
-    raw_t* ov = out_val + row * (long long)k;
-    idx_t* oi = out_idx + row * (long long)k;
+    int eq_base = 0;
+    unsigned int sel[CH][VEC];  // ballots of the kept elements
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
-        bool eq[VEC], sel[VEC];
+        bool eq[VEC];
         int eq_before = 0, eq_total = 0;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
@@ -208,27 +270,42 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
         int r = eq_base + eq_before;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
-            sel[v] = key[i][v] > T || (eq[v] && r < need_eq);
+            sel[i][v] = __ballot_sync(FULL_MASK, key[i][v] > T || (eq[v] && r < need_eq));
             r += eq[v];
         }
         eq_base += eq_total;
-        int sel_before = 0, sel_total = 0;
+    }
+
+    raw_t* ov = out_val + row * (long long)k;
+    idx_t* oi = out_idx + row * (long long)k;
+#if ORDER_L
+    const BankOrder order(sel, lane);
+#else
+    int base = 0;
+#endif
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+#if !ORDER_L
+        int p = base;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
-            const unsigned int m = __ballot_sync(FULL_MASK, sel[v]);
-            sel_before += __popc(m & lt_mask);
-            sel_total += __popc(m);
+            p += __popc(sel[i][v] & lt_mask);
+            base += __popc(sel[i][v]);
         }
-        int p = base + sel_before;
+#endif
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
-            if (sel[v]) {
+            if ((sel[i][v] >> lane) & 1u) {
+#if ORDER_L
+                const int p = order.slot(sel, i, v, lt_mask);
+#endif
                 ov[p] = (raw_t)raw[i][v];
                 oi[p] = (idx_t)(i * 32 * VEC + lane * VEC + v);
+#if !ORDER_L
                 ++p;
+#endif
             }
         }
-        base += sel_total;
     }
 }
 

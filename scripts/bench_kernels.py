@@ -360,8 +360,8 @@ FWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv4", {"minb": 4, "qv": 1}),
                 ("minb5-qv4", {"minb": 5, "qv": 1}), ("gather-only", {"noacc": 1})]
 BWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
-                ("minb5", {"minb": 5}), ("minb5-passes1", {"minb": 5, "passes": 1}),
-                ("minb5-passes2", {"minb": 5, "passes": 2}), ("minb5-u2", {"minb": 5, "u": 2})]
+                ("minb5", {"minb": 5}), ("slices1", {"slices": 1}), ("slices2", {"slices": 2}),
+                ("slices4", {"slices": 4}), ("minb5-u2", {"minb": 5, "u": 2})]
 SDDMM_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                   ("minb5", {"minb": 5})]
 

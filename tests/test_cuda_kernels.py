@@ -112,6 +112,25 @@ def same_bits(a, b):
     return torch.equal(a, b)
 
 
+def in_kernel_order(h, k, values, indices):
+    """The reference's CBSR (ascending columns) in the order the CUDA kernel writes: the bank
+    order of maxk_cbsr.cu where ``launch.maxk_config`` asks for it. Entries ranked by
+    (column % L, column) go round the forward's k / L steps: rank m to step m % (k / L),
+    lane m // (k / L); step s, lane l is entry (l + (s // QV) * L) * QV + s % QV."""
+    defines = launch.maxk_config(h, h.shape[1], k)[1]
+    lanes, qv = defines.get("ORDER_L", 0), defines.get("ORDER_QV", 1)
+    if not lanes:
+        return values, indices
+    cols = indices.long()
+    rank = torch.argsort((cols % lanes) * h.shape[1] + cols, dim=1, stable=True)
+    m = torch.arange(k, device=cols.device)
+    step, lane = m % (k // lanes), m // (k // lanes)
+    slot = (lane + (step // qv) * lanes) * qv + step % qv
+    src = torch.empty_like(rank)
+    src[:, slot] = rank
+    return values.gather(1, src), indices.gather(1, src)
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("d", [32, 64, 256, 384, 1024, 33, 1500, 4096])
 def test_maxk_bit_identical(d, dtype):
@@ -122,7 +141,7 @@ def test_maxk_bit_identical(d, dtype):
     for k in ks:
         poison()
         v, i = cuda.maxk_cbsr(h, k)
-        rv, ri = reference.maxk_cbsr(h, k)
+        rv, ri = in_kernel_order(h, k, *reference.maxk_cbsr(h, k))
         assert i.dtype == ri.dtype and v.dtype == rv.dtype, (seed, k)
         assert torch.equal(i, ri), f"indices differ: seed={seed} d={d} k={k} {dtype}"
         assert same_bits(v, rv), f"values differ: seed={seed} d={d} k={k} {dtype}"
@@ -147,7 +166,7 @@ def test_maxk_nan_counters_match_the_reference(d, dtype):
         for k in (1, 7, min(32, d), d):
             got, want = (torch.zeros(2, dtype=torch.int64, device=DEV) for _ in range(2))
             v, i = cuda.maxk_cbsr(x, k, got)
-            rv, ri = reference.maxk_cbsr(x, k, want)
+            rv, ri = in_kernel_order(x, k, *reference.maxk_cbsr(x, k, want))
             assert torch.equal(got, want), f"seed={seed} d={d} k={k} {dtype}: {got} vs {want}"
             assert bool(got[0] > 0) == expect_nan, (seed, got)
             assert torch.equal(i, ri) and same_bits(v, rv), (seed, d, k)
@@ -163,11 +182,11 @@ def test_maxk_misaligned_and_strided():
     h = base[:, 1:]  # not contiguous
     for k in (1, 8, 32, 256):
         v, i = cuda.maxk_cbsr(h, k)
-        rv, ri = reference.maxk_cbsr(h, k)
+        rv, ri = in_kernel_order(h, k, *reference.maxk_cbsr(h, k))
         assert torch.equal(i, ri) and same_bits(v, rv), (seed, k)
     flat = torch.randn(1 + 40 * 64, device=DEV)[1:].view(40, 64)  # rows 4-byte aligned only
     v, i = cuda.maxk_cbsr(flat, 16)
-    rv, ri = reference.maxk_cbsr(flat, 16)
+    rv, ri = in_kernel_order(flat, 16, *reference.maxk_cbsr(flat, 16))
     assert torch.equal(i, ri) and same_bits(v, rv), seed
 
 
@@ -374,6 +393,28 @@ def test_power_law_graph_multi_group():
         check_all_three(plan, k, 256, seed=seed, tag="power-law")
 
 
+@pytest.mark.parametrize("slices", [2, 3, 7])
+def test_sspmm_source_slices(slices, group_size):
+    """The backward walking the edges source slice by source slice (rows sorted by source):
+    the reference's result, with hubs, empty rows and rectangular blocks."""
+    seed = fresh_seed()
+    for num_dst, num_src in ((101, 150), (300, 30), (7, 2000)):
+        plan = make_plan(mixed_degrees(num_dst, group_size), num_src=num_src)
+        order = torch.argsort(plan.dst_of_edge * num_src + plan.indices, stable=True)
+        plan = GraphPlan(plan.indptr, plan.indices[order], plan.edge_ids[order], num_src,
+                         num_dst)
+        assert plan.rows_sorted_by_source()
+        ev = torch.randn(plan.num_edges, device=DEV)
+        gy = torch.randn(num_dst, 64, device=DEV)
+        for k in (1, 3, 8, 32, 64):
+            _, xi = random_cbsr(num_src, k, 64)
+            poison()
+            with launch.overrides(cbsr_sspmm={"slices": slices}):
+                gx = cuda.cbsr_sspmm(plan, ev, gy, xi)
+            err = rel_err(gx, reference.cbsr_sspmm(plan, ev.double(), gy.double(), xi))
+            assert err < TOL, f"sliced sspmm err={err} seed={seed} k={k} {num_dst}x{num_src}"
+
+
 def test_determinism():
     seed = fresh_seed()
     plan = make_plan(torch.randint(0, launch.group_size() + 1, (500,)), num_src=500)
@@ -498,7 +539,8 @@ def test_opcheck():
                           (group_row, group_start, col, ev, xv, xi, 40, 64, multi),
                           test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sspmm.default,
-                          (group_row, group_start, col, ev, gy, xi), test_utils=tests)
+                          (group_row, group_start, group_start[1:], col, ev, gy, xi),
+                          test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sddmm.default,
                           (group_row, group_start, col, gy, xv, xi), test_utils=tests)
     g_indptr, _ = _in_edge_csr([0, 3, 9, 1], torch.int32)

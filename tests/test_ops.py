@@ -7,6 +7,7 @@ from torch.autograd import gradcheck
 
 import dgl_maxk
 from dgl_maxk import CBSR, cbsr_spgemm, graph_plan, maxk, spmm
+from dgl_maxk.sparse import GraphPlan
 
 NORMS = ("none", "left", "right", "both")
 F64 = dict(rtol=0, atol=1e-10)
@@ -241,6 +242,57 @@ def test_graph_plan_structure(graph_case, h):
     rows = torch.repeat_interleave(torch.arange(plan.num_dst), plan.in_degrees)
     assert torch.equal(rows, dst[plan.edge_ids].long())
     assert sorted(plan.edge_ids.tolist()) == list(range(g.num_edges()))
+    # each row lists its sources in ascending order (the backward's source slices need it)
+    assert plan.rows_sorted_by_source()
+    key = rows * max(plan.num_src, 1) + plan.indices
+    assert bool((key[1:] >= key[:-1]).all())
+
+
+def _sorted_plan(degrees, num_src, seed):
+    gen = torch.Generator().manual_seed(seed)
+    degrees = torch.as_tensor(degrees, dtype=torch.int64)
+    indptr = torch.zeros(degrees.numel() + 1, dtype=torch.int64)
+    torch.cumsum(degrees, 0, out=indptr[1:])
+    rows = torch.repeat_interleave(torch.arange(degrees.numel()), degrees)
+    src = torch.randint(0, num_src, (int(indptr[-1]),), generator=gen)
+    src = src[torch.argsort(rows * num_src + src, stable=True)]
+    return GraphPlan(indptr, src, None, num_src, degrees.numel()), rows
+
+
+@pytest.mark.parametrize("slices", [1, 2, 3, 7, 500])
+def test_source_slices_walk_each_entry_once_slice_by_slice(slices):
+    """Groups of one row and one source slice, at most group_size entries, listed slice by
+    slice; together they cover every CSR entry once (empty rows, hubs, more slices than
+    sources)."""
+    seed = int(torch.randint(0, 2 ** 31, ()))
+    degrees = torch.randint(0, 40, (60,))
+    degrees[[3, 17]] = 0
+    degrees[[5, 40]] = 300  # hubs, many groups per slice
+    plan, rows = _sorted_plan(degrees, 150, seed)
+    group_row, start, end = plan.source_slices(16, slices)
+    assert plan.source_slices(16, slices) is plan.source_slices(16, slices)
+    width = -(-150 // slices)
+    covered = torch.zeros(plan.num_edges, dtype=torch.int64)
+    last = -1
+    for g in range(group_row.numel()):
+        lo, hi = int(start[g]), int(end[g])
+        assert 0 < hi - lo <= 16, seed
+        assert bool((rows[lo:hi] == int(group_row[g])).all()), seed
+        part = (plan.indices[lo:hi] // width).unique()
+        assert part.numel() == 1 and int(part) >= last, seed
+        last = int(part)
+        covered[lo:hi] += 1
+    assert bool((covered == 1).all()), seed
+
+
+def test_source_slices_need_rows_sorted_by_source():
+    plan = GraphPlan(torch.tensor([0, 0, 2, 3]), torch.tensor([4, 1, 0]), None, 5, 3)
+    assert not plan.rows_sorted_by_source()
+    with pytest.raises(ValueError, match="ascending"):
+        plan.source_slices(16, 2)
+    # a row boundary is not a descent; empty leading rows are not either
+    assert GraphPlan(torch.tensor([0, 0, 2, 3]), torch.tensor([1, 4, 0]), None, 5,
+                     3).rows_sorted_by_source()
 
 
 def test_graph_plan_is_cached_and_invalidated(h):
@@ -412,3 +464,30 @@ def test_maxk_and_cbsr_addmm_have_second_derivatives():
     assert torch.autograd.gradgradcheck(lambda t: maxk(t, 3).values, (x,))
     assert torch.autograd.gradgradcheck(lambda cc, ww: cbsr_addmm(cc, maxk(x, 3), ww) ** 2,
                                         (c, w))
+
+
+@pytest.mark.parametrize("d", [32, 64, 256, 384, 512, 1024])
+def test_top_k_bank_order_is_the_forwards_lane_plan(d):
+    """The top-k kernel orders each row for the lanes the forward will use (CPU: the launch
+    plans only): same L and QV, bank windows exactly where that order applies, and neither
+    for a CBSR matrix too large to gain from them."""
+    from dgl_maxk.backends.cuda import launch
+    limit = launch.option("cbsr_spgemm", "banked_max_bytes")
+    for k in sorted({1, 3, 8, 16, 24, 32, 48, 64, 128, d // 2, d} - {0}):
+        if k > d:
+            continue
+        for rows in (4, limit // (k * 5) + 1):
+            # stride-0 rows: the plans read shapes, dtypes and alignment, not data
+            values = torch.zeros(1, k).expand(rows, k)
+            indices = torch.zeros(1, k, dtype=torch.uint8 if d <= 256 else torch.int16
+                                  ).expand(rows, k)
+            cbsr_bytes = rows * k * (4 + indices.element_size())
+            forward = launch.spgemm_config(k, d, values, indices)[0]
+            order = launch.bank_order(k, d, cbsr_bytes)
+            if order["ORDER_L"]:
+                assert (order["ORDER_L"], order["ORDER_QV"]) == (forward["P_L"], forward["P_QV"])
+                assert order["ORDER_STEPS"] * forward["P_L"] == k and k >= 2 * forward["P_L"]
+                assert cbsr_bytes <= limit
+            assert forward["P_BANKED"] == int(0 < order["ORDER_L"] < 32), (k, d, rows)
+            top_k = launch.maxk_config(torch.zeros(1, d).expand(rows, d), d, k)[1]
+            assert top_k.get("ORDER_L", 0) == order["ORDER_L"], (k, d, rows)

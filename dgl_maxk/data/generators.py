@@ -76,7 +76,8 @@ def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0, device="cpu",
     ``num_nodes`` destination rows get log-normal in-degrees (``exp(sigma * N(0, 1))``,
     scaled so that they sum to exactly ``num_edges``; at most ``max_degree`` each when given);
     each edge's source is uniform in ``[0, num_src)`` (``num_src`` defaults to ``num_nodes``;
-    give another value for a rectangular block). Duplicate edges may occur (a multigraph), as
+    give another value for a rectangular block), and each row lists its sources in ascending
+    order. Duplicate edges may occur (a multigraph), as
     with uniform sampling. Deterministic for a given seed and device.
 
     Parameters
@@ -107,7 +108,10 @@ def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0, device="cpu",
     torch.cumsum(deg, 0, out=indptr[1:])
     indices = torch.randint(0, max(num_src, 1), (num_edges,), generator=gen, device=device,
                             dtype=torch.int64)
-    return indptr, indices
+    # each row's sources ascending, as GraphPlan.from_graph orders them
+    offset = torch.repeat_interleave(torch.arange(num_nodes, device=device) * max(num_src, 1),
+                                     deg, output_size=num_edges)
+    return indptr, torch.sort(indices + offset).values - offset
 
 
 # --------------------------------------------------------------------------- datasets

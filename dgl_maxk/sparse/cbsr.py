@@ -33,8 +33,9 @@ class CBSR:
     values : Tensor, shape (N, k), floating point
         The stored entries; autograd flows through this tensor.
     indices : Tensor, shape (N, k), uint8 (d <= 256) or int16
-        Column of each stored entry. Within a row the columns are distinct and, for
-        matrices made by :func:`dgl_maxk.maxk`, ascending.
+        Column of each stored entry. Within a row the columns are distinct, in any order
+        (:func:`dgl_maxk.maxk` on the GPU orders them for its aggregation kernel; on the CPU
+        they are ascending).
     d : int
         The width of the dense matrix.
 

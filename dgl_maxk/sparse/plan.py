@@ -58,6 +58,8 @@ class GraphPlan:
         self.in_degrees = indptr[1:] - indptr[:-1]
         self._edge_values: dict = {}
         self._edge_groups: dict = {}
+        self._source_slices: dict = {}
+        self._rows_sorted = None
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
@@ -92,7 +94,8 @@ class GraphPlan:
         src, dst = graph.edges()
         device = torch.device(device)
         src, dst = src.to(device, torch.int64), dst.to(device, torch.int64)
-        edge_ids = torch.argsort(dst, stable=True)
+        # rows sorted by source: a row's entries of one source slice are then consecutive
+        edge_ids = torch.argsort(dst * graph.num_src_nodes() + src, stable=True)
         counts = torch.bincount(dst, minlength=graph.num_dst_nodes())
         indptr = torch.zeros(graph.num_dst_nodes() + 1, dtype=torch.int64, device=device)
         torch.cumsum(counts, 0, out=indptr[1:])
@@ -180,26 +183,81 @@ class GraphPlan:
 
     @torch.inference_mode(False)
     def _build_edge_groups(self, g: int):
+        dev = self.device
+        if self.max_in_degree is not None and self.max_in_degree <= g:
+            rows = torch.arange(self.num_dst, dtype=torch.int32, device=dev)
+            return rows, self.indptr, self._indices_int32(), False
+        per_row = torch.clamp((self.in_degrees + (g - 1)) // g, min=1)
+        rows, first = _groups_of_rows(self.indptr[:-1], per_row, g)
+        start = torch.cat([first, self.indptr[-1:]])
+        multi = (per_row > 1)[rows]
+        group_row = torch.where(multi, rows - 2 ** 31, rows).to(torch.int32)
+        return group_row, start, self._indices_int32(), bool((per_row > 1).any())
+
+    def _indices_int32(self) -> torch.Tensor:
         if self._indices_i32 is None:
             if self.num_src >= 2 ** 31 or self.num_dst >= 2 ** 31:
                 raise ValueError("the CUDA kernels index nodes with int32 (< 2^31 nodes)")
             self._indices_i32 = self.indices.to(torch.int32)
-        dev = self.device
-        if self.max_in_degree is not None and self.max_in_degree <= g:
-            rows = torch.arange(self.num_dst, dtype=torch.int32, device=dev)
-            return rows, self.indptr, self._indices_i32, False
-        per_row = torch.clamp((self.in_degrees + (g - 1)) // g, min=1)
-        total = int(per_row.sum())
-        rows = torch.repeat_interleave(torch.arange(self.num_dst, device=dev), per_row,
-                                       output_size=total)
-        first = torch.cumsum(per_row, 0) - per_row
-        local = torch.arange(total, device=dev) - first[rows]
-        start = torch.empty(total + 1, dtype=torch.int64, device=dev)
-        start[:total] = self.indptr[rows] + local * g
-        start[total] = self.num_edges
-        multi = (per_row > 1)[rows]
-        group_row = torch.where(multi, rows - 2 ** 31, rows).to(torch.int32)
-        return group_row, start, self._indices_i32, bool((per_row > 1).any())
+        return self._indices_i32
+
+    def rows_sorted_by_source(self) -> bool:
+        """Whether each CSR row lists its sources in ascending order (as :meth:`from_graph`
+        makes them); checked once, with a host sync."""
+        if self._rows_sorted is None:
+            with torch.inference_mode(False):
+                step = self.indices[1:] < self.indices[:-1]
+                first = self.indptr[1:-1]
+                step[first[(first > 0) & (first < self.num_edges)] - 1] = False  # across rows
+                self._rows_sorted = not bool(step.any())
+        return self._rows_sorted
+
+    def source_slices(self, group_size: int, slices: int):
+        """(group_row int32, group_start int64, group_end int64) of a walk over the CSR
+        entries source slice by source slice, for kernels that scatter into per-source rows.
+
+        Slice s holds the sources [s * w, (s + 1) * w), w = ceil(num_src / slices). Each row's
+        entries of one slice are consecutive when the rows are sorted by source
+        (:meth:`rows_sorted_by_source`, required); they are cut into groups of at most
+        ``group_size`` entries ``[group_start[g], group_end[g])`` of the CSR, listed slice by
+        slice and, within a slice, row by row. Rows without entries in a slice have no group
+        there. Built once per (group size, slices), with one host sync.
+        """
+        if not self.rows_sorted_by_source():
+            raise ValueError("source slices need each row's sources in ascending order")
+        key = (int(group_size), int(slices))
+        if key not in self._source_slices:
+            self._source_slices[key] = self._build_source_slices(*key)
+        return self._source_slices[key]
+
+    @torch.inference_mode(False)
+    def _build_source_slices(self, g: int, slices: int):
+        dev, n = self.device, self.num_dst
+        width = -(-self.num_src // slices)
+        # (row, slice) of each entry: ascending along the CSR, since rows are sorted by source
+        sub_row = torch.div(self.indices, width, rounding_mode="floor")
+        sub_row += torch.repeat_interleave(torch.arange(n, device=dev) * slices,
+                                           self.in_degrees, output_size=self.num_edges)
+        counts = torch.bincount(sub_row, minlength=n * slices)
+        del sub_row
+        starts = torch.cumsum(counts, 0) - counts
+        counts, starts = (t.view(n, slices).t().reshape(-1) for t in (counts, starts))
+        groups, start = _groups_of_rows(starts, (counts + (g - 1)) // g, g)
+        end = torch.minimum(start + g, (starts + counts)[groups])
+        return (groups % n).to(torch.int32), start, end
+
+
+def _groups_of_rows(first_entry, per_row, g: int):
+    """(row of each group int64, first CSR entry of each group int64) of rows cut into
+    ``per_row`` groups of at most g consecutive entries from ``first_entry`` (one host sync:
+    the group count)."""
+    dev = first_entry.device
+    total = int(per_row.sum())
+    rows = torch.repeat_interleave(torch.arange(per_row.numel(), device=dev), per_row,
+                                   output_size=total)
+    first_group = torch.cumsum(per_row, 0) - per_row
+    local = torch.arange(total, device=dev) - first_group[rows]
+    return rows, first_entry[rows] + local * g
 
 
 class SampledBlock:

@@ -38,10 +38,12 @@ __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_spgemm", "cbsr_sspmm
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
     """The k largest entries of each row of ``h`` as CBSR (values, indices).
 
-    Ties go to the lower column; each row's indices are ascending; values are copied bit for
-    bit (bit-identical to the reference). fp32 / fp16 / bf16 run the kernel (one warp per
-    row, threshold search over order-preserving keys), float64 the reference. ``nan_stats``
-    as in the reference (the kernel finds the NaN as it reads the rows).
+    Ties go to the lower column; values are copied bit for bit, and each row holds the
+    reference's entries, in the order that spares the forward's shared-memory bank conflicts
+    (``launch.bank_order``; ascending where that does not apply). fp32 / fp16 / bf16 run the
+    kernel (one warp per row, threshold search over order-preserving keys), float64 the
+    reference. ``nan_stats`` as in the reference (the kernel finds the NaN as it reads the
+    rows).
     """
     if h.dtype not in KERNEL_DTYPES or h.dim() != 2:
         return reference.maxk_cbsr(h, k, nan_stats)
@@ -112,7 +114,11 @@ def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
     if grad_y.dtype not in KERNEL_DTYPES or edge_values.dtype == torch.float64:
         return reference.cbsr_sspmm(plan, edge_values, grad_y, x_indices)
     group_row, group_start, col, _ = _edge_groups(plan)
-    dx = kernels.cbsr_sspmm(group_row, group_start, col,
+    group_end = group_start[1:]
+    slices = launch.sspmm_slices(plan.num_src, x_indices.shape[1])
+    if slices > 1 and plan.rows_sorted_by_source():  # dX beyond L2: slice by slice
+        group_row, group_start, group_end = plan.source_slices(launch.group_size(), slices)
+    dx = kernels.cbsr_sspmm(group_row, group_start, group_end, col,
                             edge_values.to(torch.float32).contiguous(),
                             grad_y.to(torch.float32).contiguous(), x_indices.contiguous())
     return dx if grad_y.dtype == torch.float32 else dx.to(grad_y.dtype)

@@ -76,7 +76,7 @@ def maxk_cbsr(h: torch.Tensor, k: int,
     indices = torch.empty((n, k), dtype=index_dtype(d), device=h.device)
     if n == 0:
         return values, indices
-    func, defines, warps, smem = cfg.maxk_config(h, d)
+    func, defines, warps, smem = cfg.maxk_config(h, d, k)
     kern = kernel("maxk_cbsr", func, defines, h.device.index)
     launch(kern, -(-n // warps), warps * 32,
            (ptr(h), ptr(values), ptr(indices), i64(n), i32(d), i32(k), _ptr_or_null(nan_stats)),
@@ -167,28 +167,26 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
     return y
 
 
-def _sspmm_fake(group_row, group_start, col, edge_values, grad_y, x_indices):
+def _sspmm_fake(group_row, group_start, group_end, col, edge_values, grad_y, x_indices):
     return grad_y.new_empty((x_indices.shape[0], x_indices.shape[1]), dtype=torch.float32)
 
 
 @_custom_op("cbsr_sspmm", _sspmm_fake)
-def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
-               edge_values: torch.Tensor, grad_y: torch.Tensor,
+def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, group_end: torch.Tensor,
+               col: torch.Tensor, edge_values: torch.Tensor, grad_y: torch.Tensor,
                x_indices: torch.Tensor) -> torch.Tensor:
+    """Group g covers CSR entries [group_start[g], group_end[g]) (``group_start[1:]`` for
+    the forward's groups, or a walk of ``GraphPlan.source_slices``)."""
     n_src, k = x_indices.shape
     d = grad_y.shape[1]
     dx = torch.zeros((n_src, k), dtype=torch.float32, device=grad_y.device)
     num_groups = group_row.numel()
     if num_groups == 0 or n_src == 0 or col.numel() == 0:
         return dx
-    config = cfg.sspmm_config(k, d, grad_y, x_indices)
-    step = -(-n_src // cfg.sspmm_passes(n_src, k))
-    for lo in range(0, n_src, step):
-        _launch_over_groups(
-            "cbsr_sspmm", config, num_groups, grad_y.device,
-            (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values), ptr(grad_y),
-             ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d), i32(lo),
-             i32(min(n_src, lo + step))))
+    _launch_over_groups(
+        "cbsr_sspmm", cfg.sspmm_config(k, d, grad_y, x_indices), num_groups, grad_y.device,
+        (ptr(group_row), ptr(group_start), ptr(col), ptr(group_end), ptr(edge_values),
+         ptr(grad_y), ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d)))
     return dx
 
 

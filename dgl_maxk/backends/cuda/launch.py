@@ -20,16 +20,19 @@ from .runtime import SMEM_DEFAULT
 #: before it flushes its partial row (the edge-group size of every graph kernel).
 DEFAULTS = {
     "group_size": 256,
-    "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4},
-    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 32 << 20},
+    "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
+                    "banked": 1, "banked_max_bytes": 96 << 20},
+    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 48 << 20,
+                   "max_slices": 4},
     "cbsr_sddmm": {"persist": 1, "minb": 5},
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
     "dense_rows": {"warps": 8},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
-_OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc"},
-            "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "passes"},
+_OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc", "banked",
+                            "banked_max_bytes"},
+            "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "max_slices", "slices"},
             "cbsr_sddmm": {"persist", "minb", "u"},
             "sample_neighbors": {"max_fanout", "threads"},
             "dense_rows": {"warps"}}
@@ -89,7 +92,7 @@ def value_kind(dtype) -> int:
     return {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
 
 
-def maxk_config(h: torch.Tensor, d: int):
+def maxk_config(h: torch.Tensor, d: int, k: int):
     """(function, defines, warps, shared bytes) of the top-k kernel for rows of width d."""
     eb = h.element_size()
     vec = 16 // eb
@@ -99,11 +102,35 @@ def maxk_config(h: torch.Tensor, d: int):
     defines = {"ELEM_BYTES": eb, "IS_BF16": int(h.dtype == torch.bfloat16),
                "IDX_BYTES": 1 if d <= 256 else 2}
     if ch * vec <= 32:
-        defines.update(VEC=vec, CH=ch, WARPS=4)
+        cbsr_bytes = h.shape[0] * k * (eb + defines["IDX_BYTES"])
+        defines.update(VEC=vec, CH=ch, WARPS=4, **bank_order(k, d, cbsr_bytes, vec))
         return "maxk_reg", defines, 4, 0
     warps = max(1, min(8, SMEM_DEFAULT // (4 * d)))
     defines.update(WARPS=warps)
     return "maxk_smem", defines, warps, warps * 4 * d
+
+
+def bank_order(k: int, d: int, cbsr_bytes: int, vec: int = 1) -> dict:
+    """``ORDER_L`` / ``ORDER_QV`` / ``ORDER_STEPS`` of the top-k kernel for a CBSR matrix of
+    ``cbsr_bytes``: the order of each row's entries in which the forward's lanes of one step
+    hit distinct shared-memory banks (maxk_cbsr.cu), where it pays (:func:`_bank_ordered`);
+    else ascending columns (ORDER_L 0)."""
+    lanes, qv, private = spgemm_lanes(k, d, True)
+    if _bank_ordered(k, lanes, qv, private, cbsr_bytes) and lanes >= vec:
+        return {"ORDER_L": lanes, "ORDER_QV": qv, "ORDER_STEPS": k // lanes}
+    return {"ORDER_L": 0}
+
+
+def _bank_ordered(k: int, lanes: int, qv: int, private: bool, cbsr_bytes: int) -> bool:
+    """Whether the forward's rows are in the top-k kernel's bank order (the ``banked`` option
+    of ``cbsr_spgemm`` switches it with the bank windows): private buffers, k / L >= 2 whole
+    steps per edge, and a CBSR matrix of at most ``banked_max_bytes``. Measured (H200,
+    BENCHMARKS.md): a forward whose gathers hit L2 is bound by its shared-memory
+    accumulation, and the order takes 8% off it (Reddit-sized, k = 32: 37 MB of CBSR); a
+    larger one is bound by its gathers from DRAM, gains nothing, and the order costs the
+    top-k kernel up to 20% (products-sized, k = 32: 392 MB)."""
+    return (bool(option("cbsr_spgemm", "banked")) and private and k % (lanes * qv) == 0
+            and k >= 2 * lanes and cbsr_bytes <= option("cbsr_spgemm", "banked_max_bytes"))
 
 
 #: The widest rows the dense-row kernels hold in registers (32 fp32 values per lane; the
@@ -126,35 +153,48 @@ def layer_norm_config(d: int):
     return {"RV": 4 * -(-d // 128), "WARPS": warps}, warps
 
 
+def spgemm_lanes(k: int, d: int, aligned: bool):
+    """(lanes per edge L, entries per lane-load QV, private buffers) of the forward for rows
+    of k CBSR entries and width d (``aligned``: 4 entries can be loaded as one vector)."""
+    def opt(key):
+        return option("cbsr_spgemm", key)
+    qv = 4 if opt("qv") and k % 4 == 0 and aligned else 1
+    private = not (opt("shared_buf") and opt("atom"))
+    if qv == 4 and private and k < 32:  # private buffers need >= 8 busy lanes per edge
+        qv = 1
+    lanes = _pow2ceil(min(-(-k // qv), 32))
+    if private:
+        lanes = max(lanes, 8)
+        while lanes < 32 and (32 // lanes) * d > 1024:  # <= 4 KiB of buffers per warp
+            lanes *= 2
+    return lanes, qv, private
+
+
 def spgemm_config(k: int, d: int, x_values, x_indices):
     """(defines, warps, shared bytes, persistent) of the forward SpGEMM."""
     def opt(key):
         return option("cbsr_spgemm", key)
-    qv = 4 if (opt("qv") and k % 4 == 0 and _aligned(x_values, 4 * x_values.element_size())
-               and _aligned(x_indices, 4 * x_indices.element_size())) else 1
-    atom = int(bool(opt("atom")))
-    shared = int(bool(opt("shared_buf")) and atom)
-    if qv == 4 and not shared and k < 32:  # private buffers need >= 8 busy lanes per edge
-        qv = 1
-    lanes = _pow2ceil(min(-(-k // qv), 32))
-    if not shared:
-        lanes = max(lanes, 8)
-        while lanes < 32 and (32 // lanes) * d > 1024:  # <= 4 KiB of buffers per warp
-            lanes *= 2
+    lanes, qv, private = spgemm_lanes(
+        k, d, _aligned(x_values, 4 * x_values.element_size())
+        and _aligned(x_indices, 4 * x_indices.element_size()))
     subs = 32 // lanes
-    nbuf = 1 if shared else subs
+    nbuf = subs if private else 1
     t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
     if qv == 4:
         u = max(1, 4 // t)
     else:  # measured (H200, Reddit-sized): 8 edges in flight for k <= 8 or T >= 2, else 4
         u = 8 // t if (subs >= 4 or t >= 2) else 4
     u = opt("u") or max(1, min(u, 32 // subs))
-    warps = max(1, min(8, SMEM_DEFAULT // (nbuf * d * 4)))
-    defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": atom, "P_NB": nbuf,
-               "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
-               "P_MINB": int(opt("minb")), "WARPS": warps,
+    # bank windows per sub-group pay where the top-k kernel's bank order applies
+    cbsr_bytes = x_values.shape[0] * k * (x_values.element_size() + x_indices.element_size())
+    banked = int(lanes < 32 and _bank_ordered(k, lanes, qv, private, cbsr_bytes))
+    buf_floats = -(-d // lanes) * 32 if banked else nbuf * d
+    warps = max(1, min(8, SMEM_DEFAULT // (buf_floats * 4)))
+    defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": int(bool(opt("atom"))),
+               "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
+               "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
                "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size()}
-    return defines, warps, warps * nbuf * d * 4, bool(opt("persist"))
+    return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
 
 
 def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
@@ -186,15 +226,17 @@ def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
     return defines, warps, smem, persist
 
 
-def sspmm_passes(n_src: int, k: int) -> int:
-    """Source slices of the SSpMM, so that each slice's part of dX fits in L2 (the atomics
-    then stay there). Measured (H200): 2 slices pay when dX is just over L2 (Reddit-sized,
-    k = 64); more re-stream the edges too often (products-sized: 10 were 2-3x slower)."""
-    passes = option("cbsr_sspmm", "passes")
-    if not passes:
-        passes = -(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes"))
-        passes = passes if passes <= 2 else 1
-    return passes
+def sspmm_slices(n_src: int, k: int) -> int:
+    """Source slices of the SSpMM's walk (``GraphPlan.source_slices``): enough that each
+    slice's part of dX (``slice_bytes``) stays in L2 while it takes the atomic adds, or 1
+    when that would take more than ``max_slices`` (each slice reads the dY rows it touches
+    again). Measured on an H200 (BENCHMARKS.md, "Source slices"): 2-4 slices pay for dX of
+    60-160 MB; more lose on the products-sized graph."""
+    slices = option("cbsr_sspmm", "slices")
+    if not slices:
+        slices = -(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes"))
+        slices = slices if slices <= option("cbsr_sspmm", "max_slices") else 1
+    return slices
 
 
 def sample_config():

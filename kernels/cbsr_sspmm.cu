@@ -20,14 +20,11 @@ cbsr_sspmm(EDGE_GROUP_ARGS, const long long* __restrict__ group_end,
            const idx_t* __restrict__ xi, float* __restrict__ dx, long long num_groups, int k,
            int d) {
     const LanePlace p;
-    float* buf = warp_smem(p.warp, d);
+    float* smem = warp_smem(p.warp, (1 + P_PREFETCH) * d);
 
-    for_each_group(num_groups, p.warp, [&](long long g) {
+    for_each_group_staged(num_groups, p, smem, dy, group_row, d, [&](long long g,
+                                                                     const float* buf) {
         const long long e0 = group_start[g], e1 = group_end[g];
-        if (e0 == e1) return;  // uniform: an empty row contributes nothing
-        __syncwarp();  // the previous group's reads of buf are done
-        stage_row(buf, dy + (long long)(group_row[g] & 0x7fffffff) * d, d, p.lane);
-        __syncwarp();
         for_each_edge_batch<true>(col_idx, edge_val, e0, e1, p,
                                   [&](const int (&cc)[P_U], const float (&aa)[P_U],
                                       const bool (&ok)[P_U], const int (&)[P_U], long long) {

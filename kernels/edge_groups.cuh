@@ -14,7 +14,8 @@
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
 // P_U edges in flight per sub-group, P_QV entries per lane per load (1, or 4 when k % 4 == 0
 // and rows are 16-byte aligned), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
-// SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 int16).
+// SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 int16),
+// P_PREFETCH (staged rows copied one group ahead; P_D4 only).
 
 #ifndef P_D4
 #define P_D4 1
@@ -42,6 +43,9 @@
 #endif
 #ifndef IDX_BYTES
 #define IDX_BYTES 1
+#endif
+#ifndef P_PREFETCH
+#define P_PREFETCH 0
 #endif
 
 #define P_S (32 / P_L)
@@ -123,6 +127,33 @@ __device__ __forceinline__ void stage_row(float* buf, const float* row, int d, i
 #endif
 }
 
+// Copy row (d floats, 16-byte aligned, d % 4 == 0) into buf asynchronously (cp.async, sm_80+):
+// the copies land by the lane's next cp.async.wait_group.
+__device__ __forceinline__ void stage_row_async(float* buf, const float* row, int d, int lane) {
+#if __CUDA_ARCH__ >= 800
+    for (int c = lane * 4; c < d; c += 128) {
+        const unsigned int to = (unsigned int)__cvta_generic_to_shared(buf + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(to), "l"(row + c)
+                     : "memory");
+    }
+#else
+    stage_row(buf, row, d, lane);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
 // Every edge-group kernel's entry: WARPS warps a block, at least P_MINB blocks an SM; its
 // arguments start with the groups' rows (bit 31: a row of several groups), their first CSR
 // entries (one more than there are groups) and the CSR's source columns.
@@ -150,6 +181,43 @@ __device__ __forceinline__ void for_each_group(long long num_groups, int warp, O
     for (long long g = (long long)blockIdx.x * WARPS + warp; g < num_groups;
          g += (long long)gridDim.x * WARPS)
         on_group(g);
+}
+
+// on_group(g, row) for each edge group of this warp, with row = the group's destination row of
+// `rows` (d floats) staged in the warp's shared memory (buf: 2 d floats with P_PREFETCH, else
+// d). P_PREFETCH (P_D4 rows only): the next group's row is copied in (cp.async) while this
+// group's edges are walked, hiding the row's load where groups are short.
+template <class OnGroup>
+__device__ __forceinline__ void for_each_group_staged(long long num_groups, const LanePlace& p,
+                                                      float* buf, const float* rows,
+                                                      const int* __restrict__ group_row, int d,
+                                                      OnGroup on_group) {
+#if P_PREFETCH
+    const long long stride = (long long)gridDim.x * WARPS;
+    long long g = (long long)blockIdx.x * WARPS + p.warp;
+    if (g < num_groups)
+        stage_row_async(buf, rows + (long long)(group_row[g] & 0x7fffffff) * d, d, p.lane);
+    cp_async_commit();
+    for (int half = 0; g < num_groups; g += stride, half ^= 1) {
+        if (g + stride < num_groups)
+            stage_row_async(buf + (half ^ 1) * d,
+                            rows + (long long)(group_row[g + stride] & 0x7fffffff) * d, d,
+                            p.lane);
+        cp_async_commit();
+        cp_async_wait<1>();  // this group's row has landed (the next one may still fly)
+        __syncwarp();
+        on_group(g, buf + half * d);
+        __syncwarp();  // this row is read before the next group's copy overwrites it
+    }
+    cp_async_wait<0>();
+#else
+    for_each_group(num_groups, p.warp, [&](long long g) {
+        __syncwarp();  // the previous group's reads of buf are done
+        stage_row(buf, rows + (long long)(group_row[g] & 0x7fffffff) * d, d, p.lane);
+        __syncwarp();
+        on_group(g, buf);
+    });
+#endif
 }
 
 // One batch of edges for a sub-group: P_U edges (slot u: column col[u], edge value val[u],

@@ -235,8 +235,9 @@ class GraphPlan:
         dev, n = self.device, self.num_dst
         width = -(-self.num_src // slices)
         # (row, slice) of each entry: ascending along the CSR, since rows are sorted by source
-        sub_row = torch.div(self.indices, width, rounding_mode="floor")
-        sub_row += torch.repeat_interleave(torch.arange(n, device=dev) * slices,
+        small = torch.int32 if n * slices < 2 ** 31 else torch.int64
+        sub_row = torch.div(self._indices_int32(), width, rounding_mode="floor").to(small)
+        sub_row += torch.repeat_interleave(torch.arange(n, device=dev, dtype=small) * slices,
                                            self.in_degrees, output_size=self.num_edges)
         counts = torch.bincount(sub_row, minlength=n * slices)
         del sub_row

@@ -23,8 +23,8 @@ DEFAULTS = {
     "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
                     "banked": 1, "banked_max_bytes": 96 << 20},
     "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 48 << 20,
-                   "max_slices": 4},
-    "cbsr_sddmm": {"persist": 1, "minb": 5},
+                   "max_slices": 4, "prefetch": 1},
+    "cbsr_sddmm": {"persist": 1, "minb": 5, "prefetch": 1},
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
     "dense_rows": {"warps": 8},
 }
@@ -32,8 +32,9 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc", "banked",
                             "banked_max_bytes"},
-            "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "max_slices", "slices"},
-            "cbsr_sddmm": {"persist", "minb", "u"},
+            "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "max_slices", "slices",
+                           "prefetch"},
+            "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},
             "sample_neighbors": {"max_fanout", "threads"},
             "dense_rows": {"warps"}}
 
@@ -199,16 +200,19 @@ def spgemm_config(k: int, d: int, x_values, x_indices):
 
 def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     """What SSpMM and SDDMM share: lanes per edge, values per lane, edges in flight, warps
-    (each warp stages one d-wide dY row in shared memory)."""
+    (each warp stages d-wide dY rows in shared memory: two with ``prefetch``, the next
+    group's row copied in while a group is walked)."""
     lanes = _pow2ceil(min(-(-k // qv), 32))
     subs = 32 // lanes
     t = _pow2ceil(-(-k // (qv * lanes)))
     u = option(kernel, "u") or max(1, min(8 // t, 32 // subs))
-    warps = max(1, min(8, SMEM_DEFAULT // (d * 4)))
-    defines = {"P_L": lanes, "P_T": t, "P_U": u,
-               "P_D4": int(d % 4 == 0 and _aligned(grad_y, 16)),
+    d4 = int(d % 4 == 0 and _aligned(grad_y, 16))
+    prefetch = int(bool(option(kernel, "prefetch")) and d4)
+    row_bytes = (1 + prefetch) * d * 4
+    warps = max(1, min(8, SMEM_DEFAULT // row_bytes))
+    defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_D4": d4, "P_PREFETCH": prefetch,
                "P_MINB": int(option(kernel, "minb")), "WARPS": warps}
-    return defines, warps, warps * d * 4, bool(option(kernel, "persist"))
+    return defines, warps, warps * row_bytes, bool(option(kernel, "persist"))
 
 
 def sspmm_config(k: int, d: int, grad_y, x_indices):
@@ -228,15 +232,15 @@ def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
 
 def sspmm_slices(n_src: int, k: int) -> int:
     """Source slices of the SSpMM's walk (``GraphPlan.source_slices``): enough that each
-    slice's part of dX (``slice_bytes``) stays in L2 while it takes the atomic adds, or 1
-    when that would take more than ``max_slices`` (each slice reads the dY rows it touches
-    again). Measured on an H200 (BENCHMARKS.md, "Source slices"): 2-4 slices pay for dX of
-    60-160 MB; more lose on the products-sized graph."""
+    slice's part of dX (``slice_bytes``) stays in L2 while it takes the atomic adds, at most
+    ``max_slices`` (each slice reads the dY rows it touches again). Measured on an H200
+    (BENCHMARKS.md, "Source slices"): 2-4 slices for dX of 60 MB to 630 MB take 4-35% off;
+    5 or more lose on the products-sized graph (2.5 GB of dY rows to read each time)."""
     slices = option("cbsr_sspmm", "slices")
     if not slices:
-        slices = -(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes"))
-        slices = slices if slices <= option("cbsr_sspmm", "max_slices") else 1
-    return slices
+        slices = min(-(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes")),
+                     option("cbsr_sspmm", "max_slices"))
+    return max(1, slices)
 
 
 def sample_config():

@@ -7,7 +7,8 @@
 //
 // Edge groups: group g covers CSR entries [group_start[g], group_start[g+1]) of destination
 // row group_row[g] & 0x7fffffff; the top bit of group_row[g] is set when the row spans several
-// groups. Persistent warps take groups g, g + (all warps), ... (uniform per warp; no
+// groups. (The SSpMM takes each group's end as well: its walk by source slices lists groups
+// out of CSR order.) Persistent warps take groups g, g + (all warps), ... (uniform per warp; no
 // block-wide barrier anywhere). A warp is split into P_S = 32 / P_L sub-groups of P_L lanes;
 // sub-group s takes edges s, s + P_S, ... of each batch of 32 edges, P_U of them in flight.
 //

@@ -165,9 +165,11 @@ def spgemm_lanes(k: int, d: int, aligned: bool):
         qv = 1
     lanes = _pow2ceil(min(-(-k // qv), 32))
     if private:
-        lanes = max(lanes, 8)
+        lanes = wanted = max(lanes, 8)
         while lanes < 32 and (32 // lanes) * d > 1024:  # <= 4 KiB of buffers per warp
             lanes *= 2
+        if lanes > wanted and lanes * qv > k:  # 4-wide loads would leave lanes idle
+            qv = 1
     return lanes, qv, private
 
 

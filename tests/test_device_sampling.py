@@ -232,6 +232,8 @@ def test_sampled_blocks_are_subgraphs_of_the_graph(kind, fanouts, device):
     result = NeighborSampler(fanouts).sample(graph, seeds.to(device), generator(device))
     assert all(b.device.type == device and b.src_nodes.device.type == device
                for b in result[2])
+    # rows in pick order: the backward never walks them by source slice, nor syncs to check
+    assert all(b.plan.rows_sorted_by_source() is False for b in result[2])
     check_sample(result, in_neighbours(g), seeds, fanouts)
 
 

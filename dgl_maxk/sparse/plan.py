@@ -44,12 +44,15 @@ class GraphPlan:
         entry i is edge i)
     in_degrees : Tensor (num_dst,), int64 ; out_degrees : Tensor (num_src,), int64
     max_in_degree : int or None -- a known bound on the in-degrees (e.g. a sampler's fan-out)
+    rows_sorted : bool or None -- whether each row lists its sources in ascending order, if
+        known (None: :meth:`rows_sorted_by_source` checks, with one host sync)
 
     Building a plan from CSR tensors reads nothing back to the host.
     """
 
     @torch.inference_mode(False)
-    def __init__(self, indptr, indices, edge_ids, num_src, num_dst, max_in_degree=None):
+    def __init__(self, indptr, indices, edge_ids, num_src, num_dst, max_in_degree=None,
+                 rows_sorted=None):
         self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
         self.num_src, self.num_dst = int(num_src), int(num_dst)
         self.num_edges = indices.numel()
@@ -59,7 +62,7 @@ class GraphPlan:
         self._edge_values: dict = {}
         self._edge_groups: dict = {}
         self._source_slices: dict = {}
-        self._rows_sorted = None
+        self._rows_sorted = rows_sorted
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
@@ -100,7 +103,7 @@ class GraphPlan:
         indptr = torch.zeros(graph.num_dst_nodes() + 1, dtype=torch.int64, device=device)
         torch.cumsum(counts, 0, out=indptr[1:])
         return GraphPlan(indptr, src[edge_ids], edge_ids, graph.num_src_nodes(),
-                         graph.num_dst_nodes())
+                         graph.num_dst_nodes(), rows_sorted=True)
 
     def node_scale(self, norm: str, side: str, dtype) -> torch.Tensor | None:
         """The factor a normalisation applies per source ('src') or destination ('dst') node."""
@@ -296,8 +299,9 @@ class SampledBlock:
                  edge_ids=None):
         self.src_nodes = src_nodes
         self.edge_ids = edge_ids
+        # rows in pick order: not sorted by source (no source slices, no host sync to check)
         self.plan = GraphPlan(indptr, indices, None, src_nodes.numel(), num_dst,
-                              max_in_degree=max_in_degree)
+                              max_in_degree=max_in_degree, rows_sorted=False)
 
     @property
     def device(self):

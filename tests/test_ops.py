@@ -491,3 +491,25 @@ def test_top_k_bank_order_is_the_forwards_lane_plan(d):
             assert forward["P_BANKED"] == int(0 < order["ORDER_L"] < 32), (k, d, rows)
             top_k = launch.maxk_config(torch.zeros(1, d).expand(rows, d), d, k)[1]
             assert top_k.get("ORDER_L", 0) == order["ORDER_L"], (k, d, rows)
+
+
+@pytest.mark.parametrize("d", [64, 256, 6144, 6148, 20000, 29060, 32768])
+def test_backward_staged_rows_need_no_more_shared_memory_than_one_row(d):
+    """SSpMM and SDDMM stage dY rows in shared memory: two per warp with ``prefetch``, but
+    never more than one row needs where that is over the default 48 KiB (CPU: the launch
+    plans only). Two rows of d = 32768 (256 KiB) pass every GPU's opt-in limit (227 KiB on
+    sm_90, 163 KiB on sm_80), so the launch would fail at a width CBSR allows."""
+    from dgl_maxk.backends.cuda import launch
+    from dgl_maxk.backends.cuda.runtime import SMEM_DEFAULT
+    grad_y = torch.zeros(1, d).expand(3, d)  # stride-0 rows: the plans read no data
+    x_values = torch.zeros(1, 32).expand(3, 32)
+    x_indices = torch.zeros(1, 32, dtype=torch.uint8 if d <= 256 else torch.int16
+                            ).expand(3, 32)
+    for name, (defines, warps, smem, _) in (
+            ("cbsr_sspmm", launch.sspmm_config(32, d, grad_y, x_indices)),
+            ("cbsr_sddmm", launch.sddmm_config(32, d, grad_y, x_values, x_indices))):
+        assert smem == warps * (1 + defines["P_PREFETCH"]) * d * 4, name
+        assert smem <= max(SMEM_DEFAULT, d * 4), (name, d, smem)
+        assert smem <= 227 * 1024, (name, d, smem)  # sm_90's opt-in limit, the largest
+        if d <= 1024:  # the widths measured with the prefetch keep it
+            assert defines["P_PREFETCH"] == 1, (name, d)

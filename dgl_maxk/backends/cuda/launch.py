@@ -203,13 +203,15 @@ def spgemm_config(k: int, d: int, x_values, x_indices):
 def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     """What SSpMM and SDDMM share: lanes per edge, values per lane, edges in flight, warps
     (each warp stages d-wide dY rows in shared memory: two with ``prefetch``, the next
-    group's row copied in while a group is walked)."""
+    group's row copied in while a group is walked, where both fit the default 48 KiB;
+    wider rows stage one, which is all the opt-in shared memory they ever needed: two rows
+    of d = 32768 would pass every GPU's limit, 227 KiB on sm_90)."""
     lanes = _pow2ceil(min(-(-k // qv), 32))
     subs = 32 // lanes
     t = _pow2ceil(-(-k // (qv * lanes)))
     u = option(kernel, "u") or max(1, min(8 // t, 32 // subs))
     d4 = int(d % 4 == 0 and _aligned(grad_y, 16))
-    prefetch = int(bool(option(kernel, "prefetch")) and d4)
+    prefetch = int(bool(option(kernel, "prefetch")) and d4 and 2 * d * 4 <= SMEM_DEFAULT)
     row_bytes = (1 + prefetch) * d * 4
     warps = max(1, min(8, SMEM_DEFAULT // row_bytes))
     defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_D4": d4, "P_PREFETCH": prefetch,

@@ -13,8 +13,8 @@
 // sub-group s takes edges s, s + P_S, ... of each batch of 32 edges, P_U of them in flight.
 //
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
-// P_U edges in flight per sub-group, P_QV entries per lane per load (1, or 4 when k % 4 == 0
-// and rows are 16-byte aligned), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
+// P_U edges in flight per sub-group, P_QV entries per lane per load (1 or 4: launch.py's
+// spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
 // SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 int16),
 // P_PREFETCH (staged rows copied one group ahead; P_D4 only).
 
@@ -157,7 +157,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // Every edge-group kernel's entry: WARPS warps a block, at least P_MINB blocks an SM; its
 // arguments start with the groups' rows (bit 31: a row of several groups), their first CSR
-// entries (one more than there are groups) and the CSR's source columns.
+// entries (one more than there are groups, the last one closing the last group; the SSpMM
+// also takes each group's end) and the CSR's source columns.
 #define EDGE_GROUP_KERNEL extern "C" __global__ void __launch_bounds__(WARPS * 32, P_MINB)
 #define EDGE_GROUP_ARGS const int* __restrict__ group_row, \
     const long long* __restrict__ group_start, const int* __restrict__ col_idx

@@ -401,6 +401,17 @@ def test_public_names():
     assert D.power_law_csr is D.generators.power_law_csr
 
 
+def test_power_law_csr_rows_list_their_sources_in_ascending_order():
+    from dgl_maxk.sparse import GraphPlan
+    seed = int(torch.randint(0, 2 ** 31, ()))
+    indptr, indices = D.power_law_csr(300, 5000, seed=seed, num_src=70)
+    rows = torch.repeat_interleave(torch.arange(300), indptr.diff())
+    key = rows * 70 + indices
+    assert bool((key[1:] >= key[:-1]).all()), seed
+    assert GraphPlan(indptr, indices, None, 70, 300).rows_sorted_by_source()
+    assert int(indices.min()) >= 0 and int(indices.max()) < 70
+
+
 # --------------------------------------------------------------------------- parameter ranges
 
 

@@ -224,7 +224,8 @@ class GraphPlan:
         (:meth:`rows_sorted_by_source`, required); they are cut into groups of at most
         ``group_size`` entries ``[group_start[g], group_end[g])`` of the CSR, listed slice by
         slice and, within a slice, row by row. Rows without entries in a slice have no group
-        there. Built once per (group size, slices), with one host sync.
+        there. Built once per (group size, slices), with two host syncs (the bincount's
+        size check and the group count).
         """
         if not self.rows_sorted_by_source():
             raise ValueError("source slices need each row's sources in ascending order")

@@ -112,10 +112,11 @@ def maxk_config(h: torch.Tensor, d: int, k: int):
 
 
 def bank_order(k: int, d: int, cbsr_bytes: int, vec: int = 1) -> dict:
-    """``ORDER_L`` / ``ORDER_QV`` / ``ORDER_STEPS`` of the top-k kernel for a CBSR matrix of
-    ``cbsr_bytes``: the order of each row's entries in which the forward's lanes of one step
-    hit distinct shared-memory banks (maxk_cbsr.cu), where it pays (:func:`_bank_ordered`);
-    else ascending columns (ORDER_L 0)."""
+    """``ORDER_L`` / ``ORDER_QV`` / ``ORDER_STEPS`` of the top-k kernel's ``maxk_reg`` (rows
+    in registers; ``maxk_smem``, for wider rows, writes ascending columns) for a CBSR matrix
+    of ``cbsr_bytes``: the order of each row's entries in which the forward's lanes of one
+    step hit distinct shared-memory banks (maxk_cbsr.cu), where it pays
+    (:func:`_bank_ordered`); else ascending columns (ORDER_L 0)."""
     lanes, qv, private = spgemm_lanes(k, d, True)
     if _bank_ordered(k, lanes, qv, private, cbsr_bytes) and lanes >= vec:
         return {"ORDER_L": lanes, "ORDER_QV": qv, "ORDER_STEPS": k // lanes}

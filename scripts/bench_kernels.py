@@ -6,7 +6,8 @@ For each graph (power-law, dgl_maxk.data.power_law_csr) and each k:
   (``torch.sparse.mm`` on a CSR tensor, the kernel DGL uses on GPUs);
 * backward ``cbsr_sspmm`` (A^T dY sampled at X)      vs cuSPARSE A^T dY (transposed CSR);
 * top-k    ``maxk_cbsr``  (dense -> CBSR)             vs ``torch.topk``;
-* (also ``cbsr_sddmm``, the edge-weight gradient, for information).
+* (also ``cbsr_sddmm``, the edge-weight gradient, for information);
+* the forward again with the CBSR values in bf16 (fp32 accumulation), against fp32 values.
 
 Times are medians of CUDA-event timed runs after warm-up, with the L2 cache flushed before
 each run; achieved bandwidth counts the bytes each kernel must move (gathers counted once per
@@ -205,6 +206,10 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device):
                         flush, device)
     r["sddmm_ms"] = timer(lambda: impl.cbsr_sddmm(plan, dy, xv, xi), args.reps, args.warmup,
                           flush, device)
+    xv_bf16 = xv.to(torch.bfloat16)
+    r["fwd_bf16_values_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv_bf16, xi, d),
+                                    args.reps, args.warmup, flush, device)
+    r["bf16_values_speedup"] = r["fwd_ms"] / r["fwd_bf16_values_ms"]
     if device.type == "cuda" and args.floor:  # the same forward without the accumulation
         with launch.overrides(cbsr_spgemm={"noacc": 1}):
             r["fwd_gather_only_ms"] = timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d),
@@ -221,12 +226,13 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device):
     r["bwd_GBps"] = (stream + e * k * (4 + ib) + n * d * 4) / r["bwd_ms"] / 1e6
     r["topk_GBps"] = (n * d * 4 + n * k * (4 + ib)) / r["topk_ms"] / 1e6
     r["value_bytes"], r["index_bytes"] = xv.element_size(), ib
+    gathers = (f"; forward gathers alone {r['fwd_gather_only_ms']:.3f} ms"
+               if "fwd_gather_only_ms" in r else "")
     print(f"k={k:3d}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_speedup']:.2f}x), bwd "
           f"{r['bwd_ms']:.3f} ms ({r['bwd_speedup']:.2f}x), sddmm {r['sddmm_ms']:.3f} "
           f"ms, top-k {r['topk_ms']:.3f} ms vs torch.topk {r['torch_topk_ms']:.3f} ms "
-          f"({r['topk_speedup']:.2f}x)" + (f"; forward gathers alone "
-                                            f"{r['fwd_gather_only_ms']:.3f} ms"
-                                            if "fwd_gather_only_ms" in r else ""),
+          f"({r['topk_speedup']:.2f}x); forward with bf16 values "
+          f"{r['fwd_bf16_values_ms']:.3f} ms ({r['bf16_values_speedup']:.2f}x fp32's){gathers}",
           flush=True)
     return r
 
@@ -279,15 +285,17 @@ def print_speedup_table(result):
     print(f"\n{result['device']}, d = {result['d']}, copy bandwidth {result['copy_GBps']:.0f} "
           "GB/s; times in ms (median), speedup = baseline / ours\n")
     print("| graph | k | forward | cuSPARSE | speedup | backward | cuSPARSE A^T | speedup "
-          "| top-k | torch.topk | speedup | fwd GB/s | bwd GB/s | sddmm |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| top-k | torch.topk | speedup | fwd GB/s | bwd GB/s | sddmm | fwd, bf16 values "
+          "(vs fp32) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for g in result["graphs"]:
         for k, r in g["k"].items():
             print(f"| {g['name']} | {k} | {r['fwd_ms']:.3f} | {g['cusparse_fwd_ms']:.2f} | "
                   f"{r['fwd_speedup']:.1f}x | {r['bwd_ms']:.3f} | {g['cusparse_bwd_ms']:.2f} | "
                   f"{r['bwd_speedup']:.1f}x | {r['topk_ms']:.3f} | {r['torch_topk_ms']:.3f} | "
                   f"{r['topk_speedup']:.1f}x | {r['fwd_GBps']:.0f} | {r['bwd_GBps']:.0f} | "
-                  f"{r['sddmm_ms']:.3f} |")
+                  f"{r['sddmm_ms']:.3f} | {r['fwd_bf16_values_ms']:.3f} "
+                  f"({r['bf16_values_speedup']:.2f}x) |")
 
 
 def floor_bounds(result):

@@ -16,6 +16,7 @@ import warnings
 import torch
 
 from ..sparse.cbsr import index_dtype
+from ..sparse.checks import nan_scan
 
 # Per-edge intermediates are at most this many elements at a time.
 _CHUNK_ELEMENTS = 1 << 24
@@ -71,11 +72,11 @@ def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
 
 
 def _add_nan_stats(nan_stats, h):
-    bad = torch.isnan(h).reshape(-1)
-    if bool(bad.any()):
-        nan_stats[0] += bad.sum()
-        first_from_end = bad.numel() - int(bad.nonzero()[0])
-        nan_stats[1] = max(int(nan_stats[1]), first_from_end)
+    """The counters of :func:`maxk_cbsr`'s ``nan_stats``, on the device (no host sync)."""
+    count, first = nan_scan(h)
+    nan_stats[0] += count
+    from_end = torch.where(count > 0, h.numel() - first, torch.zeros_like(first))
+    nan_stats[1] = torch.maximum(nan_stats[1], from_end)
 
 
 def _sparse_adjacency(indptr, indices, values, shape):

@@ -61,11 +61,17 @@ def _nan_message(name, count, where) -> str:
     return (f"{name} contains {count} NaN value(s), the first at index {tuple(where)}")
 
 
-def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
-    """Device-side NaN count and first flat position of ``x``, read later (no sync now)."""
+def nan_scan(x: torch.Tensor):
+    """(NaN count, flat position of the first NaN, or 0 without one) of ``x`` as int64
+    tensors on its device: no host sync."""
     bad = torch.isnan(x).reshape(-1).view(torch.uint8)  # a view: no copy of the mask
     first = bad.argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
-    pending.append((name, tuple(x.shape), bad.sum(dtype=torch.int64), first, False))
+    return bad.sum(dtype=torch.int64), first
+
+
+def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
+    """Device-side NaN count and first flat position of ``x``, read later (no sync now)."""
+    pending.append((name, tuple(x.shape), *nan_scan(x), False))
 
 
 def _raise_first_nan(pending: list):

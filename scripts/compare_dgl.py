@@ -12,7 +12,9 @@ and peak GPU memory of:
 - ``pyg-relu``: the PyG model when ``torch_geometric`` is installed;
 - ``maxk-k<k>``: dgl_maxk for each k.
 
-Every arm runs the trainer's own step (``dgl_maxk.training.step.train_step``) under the same
+Every arm runs the trainer's own full-graph step (``dgl_maxk.training.step.FullGraphStep``:
+replayed from a CUDA graph where the arm's step can be captured; the output and JSON say
+which arms were) under the same
 ``--precision`` (default tf32, the paper's setting: TF32 matmuls; bf16 adds bfloat16
 autocast). ``--graphs medium`` is a power-law graph of 200,000 nodes with mean in-degree 40
 and 128 features, trained 3 x 256: most users' graphs look more like it than like Reddit.
@@ -50,7 +52,7 @@ from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
                                          precision_scope)
-from dgl_maxk.training.step import make_optimizer, train_step  # noqa: E402
+from dgl_maxk.training.step import FullGraphStep, make_optimizer  # noqa: E402
 
 # name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
 GRAPHS = {
@@ -106,28 +108,30 @@ class Timer:
             self.ms = (time.perf_counter() - self.t0) * 1e3
 
 
-def epoch_step(model, graph, feats, labels, mask, opt, precision):
-    """One full-graph training epoch: the trainer's step, as ``python -m dgl_maxk train``
-    runs it."""
-    return train_step(model, graph, feats, labels[mask], opt, rows=mask,
-                      multilabel=labels.dim() == 2, precision=precision)
+def training_step(model, graph, feats, labels, mask, opt, precision):
+    """Full-graph training's step as ``python -m dgl_maxk train`` runs it (replayed from a
+    CUDA graph on a GPU where it can be captured): call it once per epoch."""
+    return FullGraphStep(model, graph, feats, labels[mask], opt, rows=mask,
+                         multilabel=labels.dim() == 2, precision=precision)
 
 
 def time_training(model, graph, feats, labels, mask, device, epochs, warmup, precision):
-    """Median epoch time (ms) and peak memory (GiB, GPU only) of full-graph training."""
+    """Median epoch time (ms), peak memory (GiB, GPU only) of full-graph training, and
+    whether its step ran from a CUDA graph."""
     model = model.to(device)
-    opt = make_optimizer(model.parameters(), 0.01)
+    step = training_step(model, graph, feats, labels, mask, make_optimizer(model.parameters(), 0.01),
+                         precision)
     times = []
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
     for epoch in range(warmup + epochs):
         with Timer(device) as t:
-            epoch_step(model, graph, feats, labels, mask, opt, precision)
+            step()
         if epoch >= warmup:
             times.append(t.ms)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return statistics.median(times), peak
+    return statistics.median(times), peak, step.graphed
 
 
 def time_aggregation(graph, width, norm, layers, device, repeats):
@@ -239,9 +243,12 @@ BREAKDOWN = (  # (operation, substrings of CUDA kernel names), first match wins
 
 def profile_epoch(model, graph, feats, labels, mask, device, precision):
     """CUDA time per operation group over one training epoch (ms)."""
-    opt = make_optimizer(model.parameters(), 0.01)
+    step = training_step(model, graph, feats, labels, mask,
+                         make_optimizer(model.parameters(), 0.01), precision)
+    step(), step()  # the second call captures the CUDA graph the others replay
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        epoch_step(model, graph, feats, labels, mask, opt, precision)
+        step()
         torch.cuda.synchronize()
     groups = {}
     for event in prof.key_averages():
@@ -363,17 +370,19 @@ def compare_model(case, model_name, setup) -> list:
     timing = (args.epochs, args.warmup, args.precision)
     rows = []
 
-    def record(variant, ms, peak, where, note=""):
+    def record(variant, ms, peak, graphed, where, note=""):
         rows.append({"graph": case.name, "model": model_name, "variant": variant,
-                     "epoch_ms": ms, "peak_gib": peak, "device": str(where), "note": note})
+                     "epoch_ms": ms, "peak_gib": peak, "cuda_graph": graphed,
+                     "device": str(where), "note": note})
         mem = f"{peak:.2f} GiB" if peak is not None else "-"
+        launch = "CUDA graph" if graphed else "eager"
         print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
-              f"  on {where} {note}", flush=True)
+              f"  on {where}, {launch} {note}", flush=True)
 
     torch.manual_seed(args.seed)
     base = build_model(model_name, nonlinearity="relu", **kwargs)
-    ms, peak = time_training(base, case.graph, *case.on_device, device, *timing)
-    record(baseline, ms, peak, device)
+    ms, peak, graphed = time_training(base, case.graph, *case.on_device, device, *timing)
+    record(baseline, ms, peak, graphed, device)
     agg_ms = time_aggregation(case.graph, args.hidden, AGG_NORM[model_name], case.layers,
                               device, args.epochs)
     share = min(agg_ms / ms, 0.999)
@@ -382,9 +391,10 @@ def compare_model(case, model_name, setup) -> list:
     for k in args.ks:
         torch.manual_seed(args.seed)
         model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
-        ms_k, peak_k = time_training(model, case.graph, *case.on_device, device, *timing)
+        ms_k, peak_k, graphed = time_training(model, case.graph, *case.on_device, device,
+                                              *timing)
         speedup = ms / ms_k
-        record(f"maxk-k{k}", ms_k, peak_k, device,
+        record(f"maxk-k{k}", ms_k, peak_k, graphed, device,
                f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
         rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
     for row in rows:
@@ -409,35 +419,38 @@ def time_relu_libraries(case, model_name, setup, record):
     if dgl_device.type == "cuda" or case.graph.num_edges() <= args.dgl_cpu_max_edges:
         stock = DGLReLU(model_name, case.feats.shape[1], args.hidden, case.classes,
                         case.layers, args.dropout)
-        ms, peak = time_training(stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
+        ms, peak, graphed = time_training(stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
                                  case.labels.to(dgl_device), case.mask.to(dgl_device),
                                  dgl_device, max(1, args.epochs // 3), 1, args.precision)
-        record("dgl-relu", ms, peak, dgl_device)
+        record("dgl-relu", ms, peak, graphed, dgl_device)
     else:
         print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
               f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
     pyg = pyg_model(model_name, case.feats.shape[1], args.hidden, case.classes, case.layers,
                     args.dropout)
     if pyg is not None:
-        ms, peak = time_training(pyg, pyg_adjacency(case.graph, device), *case.on_device,
-                                 device, args.epochs, args.warmup, args.precision)
-        record("pyg-relu", ms, peak, device)
+        ms, peak, graphed = time_training(pyg, pyg_adjacency(case.graph, device),
+                                          *case.on_device, device, args.epochs, args.warmup,
+                                          args.precision)
+        record("pyg-relu", ms, peak, graphed, device)
 
 
 def markdown_table(results, precision):
     lines = [f"Precision: {precision} for every arm (float32 matmul precision "
              f"'{MATMUL_PRECISION[precision]}'" + (", bfloat16 autocast" if precision == "bf16"
                                                    else "") + ").", "",
-             "| graph | model | variant | device | epoch (ms) | peak (GiB) | speedup vs CSR ReLU "
-             "| Amdahl limit | fraction of limit |", "|---|---|---|---|---|---|---|---|---|"]
+             "| graph | model | variant | device | step | epoch (ms) | peak (GiB) "
+             "| speedup vs CSR ReLU | Amdahl limit | fraction of limit |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "epoch_ms" not in r:
             continue
         peak = f"{r['peak_gib']:.2f}" if r["peak_gib"] is not None else "-"
         speed = f"{r['speedup']:.2f}x" if "speedup" in r else ""
         frac = f"{r['fraction_of_limit']:.0%}" if "fraction_of_limit" in r else ""
+        launch = "CUDA graph" if r.get("cuda_graph") else "eager"
         lines.append(f"| {r['graph']} | {r['model']} | {r['variant']} | {r['device']} | "
-                     f"{r['epoch_ms']:.1f} | {peak} | {speed} | {r['amdahl_limit']:.2f}x | {frac} |")
+                     f"{launch} | {r['epoch_ms']:.1f} | {peak} | {speed} | {r['amdahl_limit']:.2f}x | {frac} |")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
+from dgl_maxk import backends
 from dgl_maxk import data as D
 from dgl_maxk import training as T
 from dgl_maxk.training import checkpoint as C
@@ -204,13 +205,13 @@ def test_sparse_input_dropout_keeps_pattern_and_scales():
 
 def test_one_train_step_serves_both_modes(planted, tmp_path, monkeypatch):
     from dgl_maxk.training import sampling, seed
-    assert seed.train_step is step.train_step and sampling.train_step is step.train_step
-    graphs = []
+    assert seed.FullGraphStep is step.FullGraphStep and sampling.train_step is step.train_step
+    graphs, real = [], step.train_step
 
     def spy(model, graph, *args, **kwargs):
         graphs.append(graph)
-        return step.train_step(model, graph, *args, **kwargs)
-    monkeypatch.setattr(seed, "train_step", spy)
+        return real(model, graph, *args, **kwargs)
+    monkeypatch.setattr(step, "train_step", spy)  # what FullGraphStep runs off the GPU
     monkeypatch.setattr(sampling, "train_step", spy)
     _run(small_config(**{"train.epochs": 2}), planted, tmp_path / "full")
     assert graphs == [planted.graph] * 2
@@ -249,8 +250,8 @@ def test_train_step_reports_nan_after_backward_and_leaves_weights(planted, monke
     with torch.no_grad():
         model.lin_in.bias[7] = float("nan")  # every hidden row gets a NaN in column 7
     before = [p.detach().clone() for p in model.parameters()]
-    reads, real = [], checks._raise_first_nan
-    monkeypatch.setattr(checks, "_raise_first_nan",
+    reads, real = [], checks.raise_recorded_checks
+    monkeypatch.setattr(checks, "raise_recorded_checks",
                         lambda pending: reads.append(len(pending)) or real(pending))
     with pytest.raises(ValueError, match=r"NaN value\(s\), the first at index \(0, 7\)"):
         step.train_step(model, planted.graph, planted.features, planted.labels, opt,
@@ -258,6 +259,120 @@ def test_train_step_reports_nan_after_backward_and_leaves_weights(planted, monke
     assert reads == [2]  # both layers' scans, read once, at the end of the step
     for a, b in zip(before, model.parameters()):
         torch.testing.assert_close(b.detach(), a, rtol=0, atol=0, equal_nan=True)
+
+
+# --------------------------------------------------------------------------- full-graph step
+
+needs_kernels = pytest.mark.skipif(not backends.cuda.available(),
+                                   reason="no CUDA GPU with CuPy (a CUDA graph of the kernels)")
+
+
+def _steps(planted, device, calls, make_step, dropout=0.5, seed=3):
+    """Losses and final weights of ``calls`` steps of a fresh SAGE model, each step made by
+    ``make_step(model, opt, features, labels, rows)`` (called once) or train_step."""
+    from dgl_maxk.models import build_model
+    torch.manual_seed(seed)
+    model = build_model("sage", 12, 16, 5, 2, k=4, dropout=dropout).to(device)
+    opt = step.make_optimizer(model.parameters(), 0.01)
+    feats, labels = planted.features.to(device), planted.labels.to(device)
+    mask = planted.train_mask.to(device)
+    torch.manual_seed(seed + 1)
+    run = make_step(model, opt, feats, labels, mask)
+    losses = [float(run()) for _ in range(calls)]
+    return losses, [p.detach().cpu() for p in model.parameters()], run
+
+
+def _eager(planted):
+    def make(model, opt, feats, labels, mask):
+        return lambda: step.train_step(model, planted.graph, feats, labels[mask], opt,
+                                       rows=mask, precision="fp32")
+    return make
+
+
+def _full(planted, **kwargs):
+    def make(model, opt, feats, labels, mask):
+        return step.FullGraphStep(model, planted.graph, feats, labels[mask], opt, rows=mask,
+                                  precision="fp32", **kwargs)
+    return make
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_kernels)])
+def test_full_graph_step_is_train_step_repeated(planted, device):
+    """Five steps (dropout on): the same losses and weights as five train_step calls; on a
+    GPU the third to fifth are replays of a CUDA graph, dropout's random numbers
+    included; on the CPU every step is train_step."""
+    want_losses, want_weights, _ = _steps(planted, device, 5, _eager(planted))
+    losses, weights, run = _steps(planted, device, 5, _full(planted))
+    assert run.graphed == (device == "cuda") and (run._replay is not None) == run.graphed
+    assert len(set(losses)) == 5  # the weights move, so each step's loss differs
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for got, want in zip(weights, want_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+@needs_kernels
+def test_graphed_step_reports_nan_before_the_optimizer(planted):
+    """A NaN that appears after the capture is found by the replayed scans and raised with
+    its position before the optimizer step, as train_step does."""
+    _, _, run = _steps(planted, "cuda", 3, _full(planted), dropout=0.0)
+    assert run._replay is not None
+    with torch.no_grad():
+        run.model.lin_in.bias[7] = float("nan")
+    before = [p.detach().clone() for p in run.model.parameters()]
+    with pytest.raises(ValueError, match=r"NaN value\(s\), the first at index \(0, 7\)"):
+        run()
+    for a, b in zip(before, run.model.parameters()):
+        torch.testing.assert_close(b.detach(), a, rtol=0, atol=0, equal_nan=True)
+
+
+@needs_kernels
+def test_graphed_step_survives_gradients_set_to_none(planted):
+    """A caller's zero_grad(set_to_none=True) between steps does not stop the replays from
+    training: the step puts the graph's gradients back."""
+    _, _, run = _steps(planted, "cuda", 3, _full(planted))
+    assert run._replay is not None
+    run.optimizer.zero_grad(set_to_none=True)
+    before = [p.detach().clone() for p in run.model.parameters()]
+    run()
+    assert all(p.grad is not None for p in run.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
+
+
+@needs_kernels
+def test_step_that_cannot_be_captured_runs_eagerly(planted):
+    """A forward that reads a tensor on the host cannot be captured: the second step finds
+    it, warns with the reason, and the step trains eagerly, the same as train_step (the
+    failed probe's random numbers are drawn again)."""
+    class HostRead(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, graph, x):
+            out = self.inner(graph, x)
+            return out * (1 + 0 * float(out.detach().sum()))  # a host synchronisation
+
+    def wrap(make):
+        def made(model, opt, feats, labels, mask):
+            return make(HostRead(model), opt, feats, labels, mask)
+        return made
+    want_losses, want_weights, _ = _steps(planted, "cuda", 3, wrap(_eager(planted)))
+    with pytest.warns(RuntimeWarning, match="cannot be captured in a CUDA graph") as caught:
+        losses, weights, run = _steps(planted, "cuda", 3, wrap(_full(planted)))
+    assert len([w for w in caught if "cannot be captured" in str(w.message)]) == 1
+    assert not run.graphed
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
+    for got, want in zip(weights, want_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_full_graph_step_takes_rows_as_a_mask_or_indices(planted):
+    mask = planted.train_mask
+    run = step.FullGraphStep(torch.nn.Linear(1, 1), planted.graph, planted.features,
+                             planted.labels[mask], None, rows=mask)
+    assert torch.equal(run.rows, mask.nonzero().squeeze(1)) and not run.graphed
+    assert not step.FullGraphStep(torch.nn.Linear(1, 1), planted.graph, planted.features,
+                                  planted.labels, None, cuda_graph=False).graphed
 
 
 # --------------------------------------------------------------------------- precision
@@ -268,18 +383,17 @@ def test_train_step_reports_nan_after_backward_and_leaves_weights(planted, monke
                                                          ("bf16", "high", True)])
 def test_precision_applies_is_recorded_and_restored(precision, matmul, autocast, tmp_path,
                                                     monkeypatch):
-    from dgl_maxk.training import seed
-    seen = set()
+    seen, real = set(), step.train_step
 
     def spy(model, graph, features, *args, **kwargs):
         seen.add(torch.get_float32_matmul_precision())
         wrapped = model.forward
         model.forward = lambda *a: seen.add(torch.is_autocast_enabled("cpu")) or wrapped(*a)
         try:
-            return step.train_step(model, graph, features, *args, **kwargs)
+            return real(model, graph, features, *args, **kwargs)
         finally:
             del model.forward
-    monkeypatch.setattr(seed, "train_step", spy)
+    monkeypatch.setattr(step, "train_step", spy)
     caller = "medium" if precision != "fp32" else "high"
     torch.set_float32_matmul_precision(caller)
     try:
@@ -383,7 +497,7 @@ def test_finished_seed_is_not_retrained_when_its_checkpoint_is_unreadable(plante
     cfg = small_config()
     first = _run(cfg, planted, tmp_path)
     _damage(tmp_path / "checkpoint.pt", "truncated")
-    monkeypatch.setattr(seed, "train_step", lambda *a, **k: pytest.fail("retrained"))
+    monkeypatch.setattr(seed, "FullGraphStep", lambda *a, **k: pytest.fail("retrained"))
     assert _run(cfg, planted, tmp_path) == json.loads(json.dumps(first))
 
 
@@ -398,7 +512,7 @@ def test_unreadable_result_is_treated_as_missing(how, planted, tmp_path, monkeyp
     else:
         _damage(result, how)
     # rebuilt from the finished checkpoint, without training again
-    monkeypatch.setattr(seed, "train_step", lambda *a, **k: pytest.fail("retrained"))
+    monkeypatch.setattr(seed, "FullGraphStep", lambda *a, **k: pytest.fail("retrained"))
     again = _run(cfg, planted, tmp_path)
     for key in ("history", "best_epoch", "best_val", "test_at_best_val", "final"):
         assert again[key] == json.loads(json.dumps(first[key])), key

@@ -48,13 +48,22 @@ def deferred_checks():
     ...     loss = loss_fn(model(g, x), y)
     ...     loss.backward()
     """
+    with recorded_checks() as pending:
+        yield
+    raise_recorded_checks(pending)
+
+
+@contextlib.contextmanager
+def recorded_checks():
+    """Record the NaN scans inside the block (sync-free) into the list it yields, without
+    reading them: :func:`raise_recorded_checks` reads them. The scans' tensors are made
+    inside the block, so a CUDA graph captured in it refreshes them on every replay."""
     pending: list = []
     token = _PENDING.set(pending)
     try:
-        yield
+        yield pending
     finally:
         _PENDING.reset(token)
-    _raise_first_nan(pending)
 
 
 def _nan_message(name, count, where) -> str:
@@ -74,7 +83,9 @@ def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
     pending.append((name, tuple(x.shape), *nan_scan(x), False))
 
 
-def _raise_first_nan(pending: list):
+def raise_recorded_checks(pending: list):
+    """Read the scans :func:`recorded_checks` recorded (one synchronisation) and raise the
+    first NaN, with its position."""
     if not pending:
         return
     device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features

@@ -127,8 +127,10 @@ def comparable(cfg) -> dict:
 
 def _normalized(config: dict) -> dict:
     """``config`` without what does not decide the result (``sampling.prefetch``: how far
-    ahead batches are made, not which), and with what older checkpoints left implicit
-    (before ``sampling.sampler`` existed, DGL's sampler sampled)."""
+    ahead batches are made, not which; ``train.cuda_graph``: how the step is launched), and
+    with what older checkpoints left implicit (before ``sampling.sampler`` existed, DGL's
+    sampler sampled)."""
+    config.get("train", {}).pop("cuda_graph", None)
     sampling = config.get("sampling")
     if sampling is not None:
         sampling.setdefault("sampler", "dgl")

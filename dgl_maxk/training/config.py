@@ -122,6 +122,11 @@ class TrainConfig(_Section):
     sparse_features: bool = Field(False, description="feed the input features to lin_in as "
                                                      "a sparse matrix (same result; much "
                                                      "faster for bag-of-words features)")
+    cuda_graph: bool = Field(True, description="full-graph training on a GPU: replay each "
+                                               "step's forward and backward from a CUDA "
+                                               "graph captured at the first step (same "
+                                               "result; the graph keeps the step's memory "
+                                               "reserved between steps)")
 
 
 class SamplingConfig(_Section):

@@ -36,7 +36,10 @@ def precision_scope(precision: str):
         torch.set_float32_matmul_precision(previous)
 
 
-def autocast(precision: str, device_type: str):
-    """The context a forward pass runs in: bfloat16 autocast for 'bf16', nothing otherwise."""
+def autocast(precision: str, device_type: str, cache: bool = True):
+    """The context a forward pass runs in: bfloat16 autocast for 'bf16', nothing otherwise.
+    ``cache=False`` turns off autocast's cache of cast weights (a CUDA graph capture needs
+    that)."""
     _check(precision)
-    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bf16",
+                          cache_enabled=cache)

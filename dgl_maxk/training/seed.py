@@ -22,7 +22,7 @@ from .metrics import evaluate
 from .precision import autocast, precision_scope
 from .sampling import epoch_loader, train_epoch
 from .sparse_input import SparseInputLinear
-from .step import make_optimizer, train_step
+from .step import FullGraphStep, make_optimizer
 
 LOG = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ class _SeedRun:
                       for s in ("train", "val", "test")}
         self.train_idx = self.masks["train"].nonzero().squeeze(1)
         self.train_labels = self.labels[self.train_idx]
+        self.full_step = None  # made at the first epoch
 
     def restore(self, ckpt: dict) -> dict:
         """Load a checkpoint's model, optimizer, scheduler and RNG states; its run state."""
@@ -104,9 +105,11 @@ class _SeedRun:
         common = dict(multilabel=self.dataset.multilabel, input_dropout=m["input_dropout"],
                       precision=t["precision"])
         if self.cfg["mode"] == "full":
-            loss = float(train_step(self.train_model, self.graph, self.features,
-                                    self.train_labels, self.optimizer, rows=self.train_idx,
-                                    **common))
+            if self.full_step is None:
+                self.full_step = FullGraphStep(
+                    self.train_model, self.graph, self.features, self.train_labels,
+                    self.optimizer, rows=self.train_idx, cuda_graph=t["cuda_graph"], **common)
+            loss = float(self.full_step())
         else:
             loader = epoch_loader(self.graph, self.train_idx.cpu(), self.cfg["sampling"],
                                   self.seed, epoch, self.device_graph)

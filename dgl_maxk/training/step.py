@@ -5,12 +5,13 @@ the input features of its source nodes, and the labels of the rows the loss is t
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
 from torch.nn import functional as F
 
-from ..sparse import deferred_checks
+from ..sparse import deferred_checks, raise_recorded_checks, recorded_checks
 from .precision import autocast
 
 
@@ -56,17 +57,141 @@ def train_step(model, graph, features, labels, optimizer, *, rows=None, multilab
     the GPU once, after the backward, and raises the first NaN of any layer's input, with its
     position, before the optimizer touches the weights. Returns the loss as a detached 0-d
     tensor on the device. The matmul precision is the caller's (see
-    :func:`dgl_maxk.training.precision.precision_scope`).
+    :func:`dgl_maxk.training.precision.precision_scope`). :class:`FullGraphStep` repeats this
+    step on one graph, replayed from a CUDA graph on GPUs.
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    x = drop_input(features, input_dropout)
     with deferred_checks():
-        with autocast(precision, features.device.type):
-            logits = model(graph, x)
-            if rows is not None:
-                logits = logits[rows]
-            loss = loss_fn(logits.float(), labels, multilabel)
-        loss.backward()
+        loss = _forward_backward(model, graph, features, labels, rows, multilabel,
+                                 input_dropout, precision)
     optimizer.step()
+    return loss
+
+
+def _forward_backward(model, graph, features, labels, rows, multilabel, input_dropout,
+                      precision, autocast_cache=True):
+    x = drop_input(features, input_dropout)
+    with autocast(precision, features.device.type, autocast_cache):
+        logits = model(graph, x)
+        if rows is not None:
+            logits = logits[rows]
+        loss = loss_fn(logits.float(), labels, multilabel)
+    loss.backward()
     return loss.detach()
+
+
+class FullGraphStep:
+    """:func:`train_step` on one graph and one set of tensors, as full-graph training repeats
+    it every epoch; call it for each step.
+
+    On a GPU the forward and backward (input dropout and loss included) are captured in a
+    CUDA graph and replayed: one launch for the step's few hundred kernels, without the
+    host's gaps between them. The first call is :func:`train_step` (plans, kernels and lazy
+    state are made); the second runs its step on a side stream, as capture needs, with
+    torch's synchronising calls turned into errors, then captures; later calls replay. Each
+    call then reads the NaN scans the replay refreshed (one synchronisation) and runs the
+    optimizer's step, in :func:`train_step`'s order, so bad input still raises before the
+    weights change.
+
+    A replay keeps what was in effect at the capture: the matmul precision and the model's
+    structure (parameters are updated in place, so replays see every step's weights).
+    ``rows`` given as a mask becomes indices once, here (one synchronisation, not one per
+    step). The step stays :func:`train_step` where capture does not apply: off the GPU, a
+    distributed model, sparse features, ``cuda_graph=False``, or a step that reads tensors on
+    the host (found by the second call, which then warns once, with the reason).
+    """
+
+    def __init__(self, model, graph, features, labels, optimizer, *, rows=None,
+                 multilabel=False, input_dropout=0.0, precision="tf32", cuda_graph=True):
+        if rows is not None and rows.dtype == torch.bool:
+            rows = rows.nonzero().squeeze(1)
+        self.model, self.graph, self.features, self.labels = model, graph, features, labels
+        self.optimizer, self.rows = optimizer, rows
+        self.options = dict(multilabel=multilabel, input_dropout=input_dropout,
+                            precision=precision)
+        self.graphed = cuda_graph and _capturable(model, features)
+        self._calls = 0
+        self._replay = None  # (CUDA graph, loss, recorded NaN scans, static gradients)
+
+    def __call__(self) -> torch.Tensor:
+        self._calls += 1
+        if not self.graphed or self._calls == 1:
+            return self._eager()
+        if self._replay is None:
+            return self._probe_and_capture()
+        cuda_graph, loss, pending, grads = self._replay
+        self.model.train()
+        for p, g in grads:  # replays write these; put back any the caller set to None
+            p.grad = g
+        cuda_graph.replay()
+        raise_recorded_checks(pending)
+        self.optimizer.step()
+        return loss.clone()  # the graph's loss is overwritten by the next replay
+
+    def _eager(self):
+        return train_step(self.model, self.graph, self.features, self.labels, self.optimizer,
+                          rows=self.rows, **self.options)
+
+    def _forward_backward(self, autocast_cache=True):
+        return _forward_backward(self.model, self.graph, self.features, self.labels,
+                                 self.rows, autocast_cache=autocast_cache, **self.options)
+
+    def _probe_and_capture(self):
+        device = self.features.device
+        current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+        rng = torch.cuda.get_rng_state(device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            self.model.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                with recorded_checks() as pending, _synchronisations_raise():
+                    loss = self._forward_backward()
+                failure = None
+            except RuntimeError as err:
+                if "synchroniz" not in str(err):
+                    raise
+                failure = str(err)  # not the error: its frames would keep the step's tensors
+        current.wait_stream(side)
+        if failure is not None:  # not capturable: this step and the next ones run eagerly
+            torch.cuda.set_rng_state(rng, device)
+            self.graphed = False
+            warnings.warn(f"the training step reads a tensor on the host, so it cannot be "
+                          f"captured in a CUDA graph; it runs eagerly ({failure})",
+                          RuntimeWarning)
+            return self._eager()
+        raise_recorded_checks(pending)
+        self.optimizer.step()
+        self._capture()
+        return loss
+
+    def _capture(self):
+        self.optimizer.zero_grad(set_to_none=True)  # the backward makes them in the graph
+        cuda_graph = torch.cuda.CUDAGraph()
+        try:
+            with recorded_checks() as pending, torch.cuda.graph(cuda_graph):
+                loss = self._forward_backward(autocast_cache=False)
+        except Exception as err:  # past torch's synchronisation check: not recoverable here
+            raise RuntimeError(
+                "the training step could not be captured in a CUDA graph; train without "
+                "capture (train.cuda_graph: false, or FullGraphStep(cuda_graph=False))") from err
+        grads = [(p, p.grad) for group in self.optimizer.param_groups
+                 for p in group["params"]]
+        self._replay = (cuda_graph, loss, pending, grads)
+
+
+@contextlib.contextmanager
+def _synchronisations_raise():
+    """torch's CUDA calls that wait for the GPU raise inside the block (as in capture)."""
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+
+
+def _capturable(model, features) -> bool:
+    return (features.is_cuda and not features.is_sparse
+            and not isinstance(model, torch.nn.parallel.DistributedDataParallel))

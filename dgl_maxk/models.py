@@ -11,12 +11,14 @@ a DGLGraph (full-graph training) or a list of one block per layer (mini-batch tr
 """
 from __future__ import annotations
 
+import contextlib
+
 from torch import nn
 from torch.nn import functional as F
 
 from .nn import GINConv, GraphConv, LayerNorm, SAGEConv
 from .ops import maxk
-from .sparse import CBSR, check_k
+from .sparse import CBSR, check_k, input_checks
 
 NONLINEARITIES = ("maxk", "relu")
 
@@ -76,9 +78,18 @@ class MaxKSAGE(MaxKGNN):
 
     def forward(self, graph, feat):
         h = self.lin_in(feat)
+        last = len(self.layers) - 1
         for i, conv in enumerate(self.layers):
-            x = h if self.k is not None else F.relu(h)  # the layer applies MaxK itself
-            h = conv(self.layer_graph(graph, i), x)
+            g = self.layer_graph(graph, i)
+            if self.k is None:
+                h = conv(g, F.relu(h))
+                continue
+            # the first layer applies MaxK itself; each later one gets CBSR rows from the
+            # previous LayerNorm and its MaxK in one operator, which scanned them for NaN
+            with contextlib.nullcontext() if i == 0 else input_checks(False):
+                h = conv(g, h, skip_norm=i < last)
+            if i < last:
+                h = conv.norm.maxk(h, self.k)
         return self.lin_out(h)
 
 

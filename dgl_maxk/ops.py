@@ -59,8 +59,10 @@ def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
     return maxk_checked(h, k, "maxk input" if check_nan else None)
 
 
-def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None) -> CBSR:
-    """:func:`maxk`, its NaN check naming the input ``nan_name`` (None: no NaN check)."""
+def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None, norm=None) -> CBSR:
+    """:func:`maxk`, its NaN check naming the input ``nan_name`` (None: no NaN check); with
+    ``norm`` = (weight, bias, eps), MaxK of the LayerNorm of ``h`` (:func:`layer_norm_maxk`;
+    the NaN check then reads the normalised rows)."""
     check_features(nan_name or "maxk input", h, nan=False)
     if h.dim() != 2:
         raise ValueError(f"{nan_name or 'maxk input'} must be N x d, got shape "
@@ -69,9 +71,44 @@ def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None) -> CBSR:
     k = check_k(k, d)
     index_dtype(d)  # rejects widths CBSR cannot index
     counters = nan_counters(h) if nan_name is not None else None
-    values, indices = _MaxK.apply(h, k, counters)
+    if norm is None:
+        values, indices = _MaxK.apply(h, k, counters)
+    else:
+        values, indices = _LayerNormMaxK.apply(h, *norm, k, counters)
     check_nan_counters(nan_name, h.shape, counters)
     return CBSR(values, indices, d, True)  # maxk's pattern is valid by construction
+
+
+class _LayerNormMaxK(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, k, nan_counters):
+        backend = backends.for_tensor(x)
+        y, mean, rstd = backend.layer_norm(x, weight, bias, eps)
+        values, indices = backend.maxk_cbsr(y, k, nan_counters)
+        ctx.save_for_backward(x, weight, bias, mean, rstd, indices)
+        ctx.mark_non_differentiable(indices)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, grad_values, _grad_indices):
+        x, weight, bias, mean, rstd, indices = ctx.saved_tensors
+        grads = backends.for_tensor(x).layer_norm_backward_cbsr(
+            grad_values, indices, x, mean, rstd, weight, bias, ctx.needs_input_grad[:3])
+        return (*grads, None, None, None)
+
+
+def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,
+                    check_nan: bool = True) -> CBSR:
+    """``maxk(layer_norm(x, (d,), weight, bias, eps), k)`` as one operator: the backward
+    takes MaxK's k-sparse gradient straight into the LayerNorm's (the dense gradient of the
+    normalised rows is never made, one N x d pass less each way on a GPU) and keeps ``x``,
+    not the normalised rows. ``check_nan`` scans the normalised rows as :func:`maxk` does.
+    Without weight and bias, for input other than N x d, or under autocast: the two
+    operators one after the other."""
+    name = "features" if check_nan else None
+    if x.dim() != 2 or weight is None or bias is None or _autocast_enabled(x.device.type):
+        return maxk_checked(layer_norm(x, x.shape[-1:], weight, bias, eps), k, name)
+    return maxk_checked(x, k, name, norm=(weight, bias, eps))
 
 
 class _ToDense(torch.autograd.Function):
@@ -107,10 +144,13 @@ CBSR.to_dense = cbsr_to_dense
 
 class _CBSRAddmm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, c, values, indices, d, weight):
+    def forward(ctx, c, values, indices, d, weight, inplace):
         ctx.save_for_backward(values, indices, weight)  # X as CBSR, not N x d
         ctx.d = d
         dense = backends.for_tensor(values).cbsr_to_dense(values, indices, d)
+        if inplace:  # out-of-place addmm copies c into its result first: one N x d pass
+            ctx.mark_dirty(c)
+            return c.addmm_(dense, weight.t())
         return torch.addmm(c, dense, weight.t())
 
     @staticmethod
@@ -122,17 +162,20 @@ class _CBSRAddmm(torch.autograd.Function):
         if ctx.needs_input_grad[4]:  # the dense rows again, for this one GEMM
             dense = _dense_rows(values, indices, ctx.d)
             grad_weight = grad.t() @ dense
-        return (grad if ctx.needs_input_grad[0] else None), grad_values, None, None, grad_weight
+        return ((grad if ctx.needs_input_grad[0] else None), grad_values, None, None,
+                grad_weight, None)
 
 
-def cbsr_addmm(c: torch.Tensor, x: CBSR, weight: torch.Tensor) -> torch.Tensor:
+def cbsr_addmm(c: torch.Tensor, x: CBSR, weight: torch.Tensor, *,
+               inplace: bool = False) -> torch.Tensor:
     """``c + x.to_dense() @ weight.T`` (a Linear on CBSR rows, added to ``c`` in the GEMM's
     epilogue) that keeps ``x`` for the backward as CBSR, not as N x d dense rows: the dense
-    rows are made again (one pass) for the weight's gradient. Under autocast: torch's
-    ``addmm`` on the dense rows."""
+    rows are made again (one pass) for the weight's gradient. ``inplace=True`` adds into
+    ``c`` and returns it (``c`` must not be needed elsewhere; it saves copying ``c``). Under
+    autocast: torch's out-of-place ``addmm`` on the dense rows."""
     if _autocast_enabled(c.device.type):
         return torch.addmm(c, x.to_dense(), weight.t())
-    return _CBSRAddmm.apply(c, x.values, x.indices, x.d, weight)
+    return _CBSRAddmm.apply(c, x.values, x.indices, x.d, weight, inplace)
 
 
 def _autocast_enabled(device_type: str) -> bool:

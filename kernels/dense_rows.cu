@@ -13,6 +13,7 @@
 //   and xhat = (x - mean) * rstd, per row; persistent warps also sum dy * xhat and dy over
 //   their rows, column by column, into one row of partial sums each (the caller adds the
 //   rows up: the gradients of weight and bias, in a fixed order).
+// layer_norm_backward_cbsr: the same with dy given as CBSR (MaxK's gradient), never dense.
 //
 // Compile-time constants (-D):
 //   ELEM_BYTES 4 or 2 (cbsr_to_dense), IDX_BYTES 1 or 2 (CBSR indices), RV elements per lane
@@ -115,12 +116,12 @@ layer_norm(const float* __restrict__ x, const float* __restrict__ weight,
     if (lane == 0) { mean_out[row] = mean; rstd_out[row] = rstd; }
 }
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
-layer_norm_backward(const float* __restrict__ dy, const float* __restrict__ x,
-                    const float* __restrict__ mean, const float* __restrict__ rstd,
-                    const float* __restrict__ weight, float* __restrict__ dx,
-                    float* __restrict__ part_weight, float* __restrict__ part_bias,
-                    long long n_rows, int d) {
+// The backward's rows, dy's rows loaded by `load_dy(row, gv)` (dense, or made from CBSR).
+template <class LoadDy>
+__device__ __forceinline__ void layer_norm_backward_rows(
+        LoadDy load_dy, const float* __restrict__ x, const float* __restrict__ mean,
+        const float* __restrict__ rstd, const float* __restrict__ weight, float* __restrict__ dx,
+        float* __restrict__ part_weight, float* __restrict__ part_bias, long long n_rows, int d) {
     const int lane = threadIdx.x & 31;
     const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const long long num_warps = (long long)gridDim.x * WARPS;
@@ -130,10 +131,14 @@ layer_norm_backward(const float* __restrict__ dy, const float* __restrict__ x,
     for (int i = 0; i < RV / 4; ++i)
         acc_w[i] = acc_b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 
+    float4 x_next[RV / 4];  // the warp's next row of x, loaded while this one is worked
+    if (warp < n_rows) load_row(x + warp * (long long)d, d, lane, x_next);
     for (long long row = warp; row < n_rows; row += num_warps) {
         float4 xv[RV / 4], gv[RV / 4];
-        load_row(x + row * (long long)d, d, lane, xv);
-        load_row(dy + row * (long long)d, d, lane, gv);
+#pragma unroll
+        for (int i = 0; i < RV / 4; ++i) xv[i] = x_next[i];
+        if (row + num_warps < n_rows) load_row(x + (row + num_warps) * (long long)d, d, lane, x_next);
+        load_dy(row, gv);
         const float m = mean[row], r = rstd[row];
         float s1 = 0.f, s2 = 0.f;
 #pragma unroll
@@ -168,4 +173,42 @@ layer_norm_backward(const float* __restrict__ dy, const float* __restrict__ x,
             *reinterpret_cast<float4*>(part_bias + warp * d + c) = acc_b[i];
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+layer_norm_backward(const float* __restrict__ dy, const float* __restrict__ x,
+                    const float* __restrict__ mean, const float* __restrict__ rstd,
+                    const float* __restrict__ weight, float* __restrict__ dx,
+                    float* __restrict__ part_weight, float* __restrict__ part_bias,
+                    long long n_rows, int d) {
+    const int lane = threadIdx.x & 31;
+    layer_norm_backward_rows(
+        [&](long long row, float4 (&gv)[RV / 4]) { load_row(dy + row * (long long)d, d, lane, gv); },
+        x, mean, rstd, weight, dx, part_weight, part_bias, n_rows, d);
+}
+
+// dy given as CBSR (values, indices: N x k, the gradient MaxK passes back), as when the
+// LayerNorm's output feeds a MaxK: each warp scatters a row into its d floats of shared
+// memory, so the dense dy is never written to memory.
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+layer_norm_backward_cbsr(const float* __restrict__ dy_values, const idx_t* __restrict__ dy_indices,
+                         int k, const float* __restrict__ x, const float* __restrict__ mean,
+                         const float* __restrict__ rstd, const float* __restrict__ weight,
+                         float* __restrict__ dx, float* __restrict__ part_weight,
+                         float* __restrict__ part_bias, long long n_rows, int d) {
+    extern __shared__ float4 dy_rows[];  // WARPS rows of d floats (d % 4 == 0)
+    const int lane = threadIdx.x & 31;
+    float* dy_row = reinterpret_cast<float*>(dy_rows) + (threadIdx.x >> 5) * d;
+    layer_norm_backward_rows(
+        [&](long long row, float4 (&gv)[RV / 4]) {
+            for (int c = lane * 4; c < d; c += 128)
+                *reinterpret_cast<float4*>(dy_row + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+            __syncwarp();
+            const long long base = row * (long long)k;
+            for (int j = lane; j < k; j += 32) dy_row[(int)dy_indices[base + j]] = dy_values[base + j];
+            __syncwarp();
+            load_row(dy_row, d, lane, gv);
+            __syncwarp();  // read before the next row's zeros
+        },
+        x, mean, rstd, weight, dx, part_weight, part_bias, n_rows, d);
 }

@@ -65,10 +65,14 @@ def main():
         w, b = torch.randn(d, device=dev), torch.randn(d, device=dev)
         y, mean, rstd = cuda.layer_norm(x, w, b, 1e-5)
         gy, mask = torch.randn_like(x), (True, True, True)
+        gv = torch.randn(37, 3, device=dev)  # MaxK's gradient as CBSR, 3 entries a row
+        gi = torch.rand(37, d, device=dev).argsort(1)[:, :3].to(index_dtype(d))
         err = max(rel(a, r) for a, r in zip(
-            (y, mean, rstd, *cuda.layer_norm_backward(gy, x, mean, rstd, w, b, mask)),
+            (y, mean, rstd, *cuda.layer_norm_backward(gy, x, mean, rstd, w, b, mask),
+             *cuda.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b, mask)),
             (*reference.layer_norm(x, w, b, 1e-5),
-             *reference.layer_norm_backward(gy, x, mean, rstd, w, b, mask))))
+             *reference.layer_norm_backward(gy, x, mean, rstd, w, b, mask),
+             *reference.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b, mask))))
         bad += not err < 1e-5
         print(f"layer_norm d={d}: {'ok' if err < 1e-5 else 'MISMATCH'} ({err:.1e})")
     for group_size in (8, launch.group_size()):

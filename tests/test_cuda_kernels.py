@@ -285,6 +285,58 @@ def test_layer_norm_matches_torch(d):
     assert empty[0].shape == (0, d) and not empty[1].any() and not empty[2].any()
 
 
+@pytest.mark.parametrize("d", [4, 8, 100, 256, 384, 512, 516, 1024])
+def test_layer_norm_backward_from_cbsr_gradient(d):
+    """The LayerNorm backward taking MaxK's gradient as CBSR (never dense) against the
+    reference (the dense gradient, then torch's backward), for k from 1 to d, N not a
+    multiple of a block's warps and larger than the persistent grid; widths the kernel does
+    not take (d > 512) go through the dense path; empty input."""
+    seed = fresh_seed()
+    n = 20_003
+    x = torch.randn(n, d, device=DEV) * 3 + 50
+    w, b = torch.randn(d, device=DEV), torch.randn(d, device=DEV)
+    _, mean, rstd = cuda.layer_norm(x, w, b, 1e-5)
+    for k in sorted({1, 3, max(1, d // 8), d // 2 + 1, d}):
+        gv = torch.randn(n, k, device=DEV)
+        gi = torch.rand(n, d, device=DEV).argsort(1)[:, :k].to(index_dtype(d))
+        got = cuda.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b, (True, True, True))
+        want = reference.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b,
+                                                  (True, True, True))
+        for g, r in zip(got, want):
+            assert rel_err(g, r) < 1e-4, f"seed={seed} d={d} k={k}"
+    part = cuda.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b, (False, True, False))
+    assert part[0] is None and part[2] is None and rel_err(part[1], want[1]) < 1e-4, seed
+    empty = cuda.layer_norm_backward_cbsr(gv[:0], gi[:0], x[:0], mean[:0], rstd[:0], w, b,
+                                          (True, True, True))
+    assert empty[0].shape == (0, d) and not empty[1].any() and not empty[2].any()
+
+
+def test_layer_norm_maxk_op_through_the_kernels():
+    """ops.layer_norm_maxk on the GPU: the CBSR of maxk(layer_norm(x)) and the same
+    gradients of x, weight and bias, with the top-k kernel's NaN check on the normalised
+    rows (a NaN of x makes its whole row NaN)."""
+    seed = fresh_seed()
+    d, k = 256, 32
+    x = torch.randn(3001, d, device=DEV, requires_grad=True)
+    w = torch.randn(d, device=DEV, requires_grad=True)
+    b = torch.randn(d, device=DEV, requires_grad=True)
+    got = ops.layer_norm_maxk(x, k, w, b)
+    want = ops.maxk(ops.layer_norm(x, (d,), w, b), k)
+    assert torch.equal(got.to_dense(), want.to_dense()), seed
+    g = torch.randn(3001, k, device=DEV)
+    order = want.indices.long().argsort(1)  # match the entries column by column
+    g_want = torch.empty_like(g).scatter_(1, order, g.gather(1, got.indices.long().argsort(1)))
+    grads = torch.autograd.grad(got.values, (x, w, b), g)
+    want_grads = torch.autograd.grad(want.values, (x, w, b), g_want)
+    for a, r in zip(grads, want_grads):
+        assert rel_err(a, r) < 1e-4, seed
+    bad = x.detach().clone()
+    bad[17, 5] = float("nan")
+    with pytest.raises(ValueError, match=r"features contains 256 NaN value\(s\), the first at "
+                                         r"index \(17, 0\)"):
+        ops.layer_norm_maxk(bad, k, w, b)
+
+
 def test_layer_norm_weight_of_another_width_is_torchs_error():
     """The kernel reads weight and bias at every column of x: weights of another width get
     torch's error, not a read past their end."""
@@ -538,6 +590,9 @@ def test_opcheck():
                                     1e-5)
     torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_backward.default,
                           (torch.randn_like(h), h, mean, rstd, torch.randn(64, device=DEV)),
+                          test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_backward_cbsr.default,
+                          (xv[:20], xi[:20], h, mean, rstd, torch.randn(64, device=DEV)),
                           test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
                           (group_row, group_start, col, ev, xv, xi, 40, 64, multi),

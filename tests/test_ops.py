@@ -441,6 +441,45 @@ def test_cbsr_addmm_is_addmm_on_the_dense_rows(h):
     assert torch.allclose(gw, torch.ones(30, 7, dtype=torch.float64).t() @ x.to_dense().detach())
 
 
+def test_cbsr_addmm_in_place_adds_into_c(h):
+    """inplace=True returns c itself, holding what the out-of-place op returns, and gives
+    the same gradients through c's producer, the values and the weight."""
+    from dgl_maxk.ops import cbsr_addmm
+    x, _ = h.random_cbsr(25, 12, 4, requires_grad=True)
+    a = torch.randn(25, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
+    c = a * 2  # a temporary, as the neighbour GEMM's output is in SAGEConv
+    want = cbsr_addmm(a * 2, x, w)
+    got = cbsr_addmm(c, x, w, inplace=True)
+    assert got.data_ptr() == c.data_ptr() and torch.allclose(got, want)
+    g = torch.randn_like(got)
+    for gi, wi in zip(torch.autograd.grad(got, (a, x.values, w), g),
+                      torch.autograd.grad(want, (a, x.values, w), g)):
+        assert torch.allclose(gi, wi)
+    assert gradcheck(lambda aa, v, ww: cbsr_addmm(aa * 1.5, x.with_values(v), ww, inplace=True),
+                     (a, x.values, w))
+
+
+def test_layer_norm_maxk_is_maxk_of_layer_norm():
+    """The fused operator's CBSR and gradients (x, weight, bias) are those of maxk applied to
+    layer_norm; without weight and bias it is the two operators."""
+    from dgl_maxk.ops import layer_norm, layer_norm_maxk
+    x = torch.randn(40, 12, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    got = layer_norm_maxk(x, 5, w, b)
+    want = maxk(layer_norm(x, (12,), w, b), 5)
+    assert torch.equal(got.indices, want.indices)
+    torch.testing.assert_close(got.values, want.values)
+    g = torch.randn_like(got.values)
+    for a, r in zip(torch.autograd.grad(got.values, (x, w, b), g),
+                    torch.autograd.grad(want.values, (x, w, b), g)):
+        torch.testing.assert_close(a, r)
+    assert gradcheck(lambda xx, ww, bb: layer_norm_maxk(xx, 5, ww, bb).values, (x, w, b))
+    plain = layer_norm_maxk(x, 5, None, None)
+    assert torch.equal(plain.to_dense(), maxk(layer_norm(x, (12,)), 5).to_dense())
+
+
 def test_layer_norm_op_refuses_what_torch_refuses():
     """A normalized_shape other than the input's last width gets torch's error, not a
     LayerNorm over the whole row (with weights of another width: a read past them on a GPU)."""

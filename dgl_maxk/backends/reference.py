@@ -71,6 +71,14 @@ def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
                                                      weight, bias, list(output_mask))
 
 
+def layer_norm_backward_cbsr(grad_values, grad_indices, x, mean, rstd, weight, bias,
+                             output_mask):
+    """:func:`layer_norm_backward` for dy given as CBSR (``grad_values``, ``grad_indices``)
+    of x's width."""
+    dy = cbsr_to_dense(grad_values, grad_indices, x.shape[-1])
+    return layer_norm_backward(dy, x, mean, rstd, weight, bias, output_mask)
+
+
 def _add_nan_stats(nan_stats, h):
     """The counters of :func:`maxk_cbsr`'s ``nan_stats``, on the device (no host sync)."""
     count, first = nan_scan(h)

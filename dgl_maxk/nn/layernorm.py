@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..ops import layer_norm
+from ..ops import layer_norm, layer_norm_maxk
 
 
 class LayerNorm(nn.LayerNorm):
@@ -29,3 +29,11 @@ class LayerNorm(nn.LayerNorm):
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def maxk(self, x, k, check_nan=True):
+        """MaxK of this norm's output as CBSR, in one operator
+        (:func:`dgl_maxk.ops.layer_norm_maxk`: its backward never makes the dense gradient of
+        the normalised rows). Rows of ``x`` are N x ``normalized_shape``."""
+        if tuple(self.normalized_shape) != tuple(x.shape[-1:]):
+            self(x)  # torch's error for the wrong width
+        return layer_norm_maxk(x, k, self.weight, self.bias, self.eps, check_nan=check_nan)

@@ -69,13 +69,27 @@ class SAGEConv(dgl.nn.SAGEConv):
     def extra_repr(self):
         return f"k={self.k}" if self.k is not None else ""
 
-    def forward(self, graph, feat, edge_weight=None):
+    def forward(self, graph, feat, edge_weight=None, *, skip_norm=False):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
-        matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats)."""
+        matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats).
+        ``skip_norm=True`` returns the output before ``norm`` ('mean' and 'gcn'), for a
+        caller that applies the norm itself (the models fuse the LayerNorm with the next
+        layer's MaxK: :meth:`dgl_maxk.nn.LayerNorm.maxk`)."""
         if self._aggre_type in ("pool", "lstm"):
+            if skip_norm:
+                raise ValueError(f"skip_norm applies to the 'mean' and 'gcn' aggregators, "
+                                 f"not '{self._aggre_type}'")
             feat = check_dgl_path(graph, feat, edge_weight,
                                   (self._in_src_feats, self._in_dst_feats))
             return super().forward(graph, feat, edge_weight)
+        rst = self._combine(graph, feat, edge_weight)
+        if self.activation is not None:
+            rst = self.activation(rst)
+        if self.norm is not None and not skip_norm:
+            rst = self.norm(rst)
+        return rst
+
+    def _combine(self, graph, feat, edge_weight):
         src, dst, plan = split_features(graph, feat, self.k, self.feat_drop,
                                         (self._in_src_feats, self._in_dst_feats))
         agg = functools.partial(aggregate, plan, check_nan=False)  # scanned by split_features
@@ -83,12 +97,13 @@ class SAGEConv(dgl.nn.SAGEConv):
         lin_before_mp = isinstance(src, torch.Tensor) and self._in_src_feats > self._out_feats
         if self._aggre_type == "mean":
             if isinstance(src, CBSR) and (isinstance(dst, CBSR) or dst.dim() == 2):
-                # the self GEMM adds the neighbour GEMM's output in its epilogue (no N x d
-                # sum pass) and keeps CBSR rows, not dense ones, for its backward
+                # the self GEMM adds into the neighbour GEMM's output in place (no N x d
+                # sum or copy pass) and keeps CBSR rows, not dense ones, for its backward
                 h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
                                    self.fc_self.bias)
-                rst = (cbsr_addmm(h_neigh, dst, self.fc_self.weight) if isinstance(dst, CBSR)
-                       else torch.addmm(h_neigh, dst, self.fc_self.weight.t()))
+                rst = (cbsr_addmm(h_neigh, dst, self.fc_self.weight, inplace=True)
+                       if isinstance(dst, CBSR)
+                       else h_neigh.addmm_(dst, self.fc_self.weight.t()))
             else:
                 if lin_before_mp:
                     h_neigh = agg(self.fc_neigh(src), edge_weight, "right")
@@ -107,8 +122,4 @@ class SAGEConv(dgl.nn.SAGEConv):
                 total = agg(src, edge_weight) + dense(dst)
                 h_neigh = self.fc_neigh(total / scale.to(total.dtype))
             rst = h_neigh if self.bias is None else h_neigh + self.bias
-        if self.activation is not None:
-            rst = self.activation(rst)
-        if self.norm is not None:
-            rst = self.norm(rst)
         return rst

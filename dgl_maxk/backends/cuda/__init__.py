@@ -32,7 +32,8 @@ from .launch import KERNEL_DTYPES
 from .runtime import available
 
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_spgemm", "cbsr_sspmm",
-           "cbsr_sddmm", "layer_norm", "layer_norm_backward", "sample_neighbors", "launch"]
+           "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_backward_cbsr",
+           "sample_neighbors", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -83,6 +84,23 @@ def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
         return reference.layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask)
     dx, sums = kernels.layer_norm_backward(grad_y, x, mean.contiguous(), rstd.contiguous(),
                                            weight)
+    return tuple(g if need else None for g, need in zip((dx, sums[0], sums[1]), output_mask))
+
+
+def layer_norm_backward_cbsr(grad_values, grad_indices, x, mean, rstd, weight, bias,
+                             output_mask):
+    """:func:`layer_norm_backward` for dy given as CBSR (``grad_values``, ``grad_indices``:
+    MaxK's gradient when the LayerNorm feeds a MaxK), without making dy dense where the kernel
+    applies (fp32 values; what :func:`layer_norm_backward`'s kernel takes)."""
+    d = x.shape[-1]
+    if not (grad_values.dtype == torch.float32 and x.dim() == 2
+            and 0 < d <= launch.LAYER_NORM_BACKWARD_MAX_WIDTH
+            and weight is not None and bias is not None and launch.float4_rows(x, weight)):
+        return layer_norm_backward(cbsr_to_dense(grad_values, grad_indices, d), x, mean, rstd,
+                                   weight, bias, output_mask)
+    dx, sums = kernels.layer_norm_backward_cbsr(grad_values.contiguous(),
+                                                grad_indices.contiguous(), x, mean.contiguous(),
+                                                rstd.contiguous(), weight)
     return tuple(g if need else None for g, need in zip((dx, sums[0], sums[1]), output_mask))
 
 

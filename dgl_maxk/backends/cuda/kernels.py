@@ -145,6 +145,32 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, mean: torch.Tenso
     return dx, parts.sum(1)
 
 
+def _layer_norm_backward_cbsr_fake(grad_values, grad_indices, x, mean, rstd, weight):
+    return x.new_empty(x.shape), x.new_empty((2, x.shape[1]))
+
+
+@_custom_op("layer_norm_backward_cbsr", _layer_norm_backward_cbsr_fake)
+def layer_norm_backward_cbsr(grad_values: torch.Tensor, grad_indices: torch.Tensor,
+                             x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                             weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`layer_norm_backward` with dy as CBSR (grad_values, grad_indices) of x's width."""
+    n, d = x.shape
+    dx = torch.empty_like(x)
+    if n == 0:
+        return dx, x.new_zeros((2, d))
+    defines, warps = cfg.layer_norm_config(d)
+    defines["IDX_BYTES"] = grad_indices.element_size()
+    kern = kernel("dense_rows", "layer_norm_backward_cbsr", defines, x.device.index)
+    smem = warps * d * 4  # one dy row per warp
+    blocks = grid(kern, warps, smem, n, True, x.device.index)
+    parts = torch.empty((2, blocks * warps, d), dtype=torch.float32, device=x.device)
+    launch(kern, blocks, warps * 32,
+           (ptr(grad_values), ptr(grad_indices), i32(grad_values.shape[1]), ptr(x), ptr(mean),
+            ptr(rstd), ptr(weight), ptr(dx), ptr(parts[0]), ptr(parts[1]), i64(n), i32(d)),
+           smem, x.device)
+    return dx, parts.sum(1)
+
+
 def _spgemm_fake(group_row, group_start, col, edge_values, x_values, x_indices, num_dst, d,
                  zero):
     return x_values.new_empty((num_dst, d), dtype=torch.float32)

@@ -82,9 +82,8 @@ def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None, norm=None) -> CB
 class _LayerNormMaxK(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, k, nan_counters):
-        backend = backends.for_tensor(x)
-        y, mean, rstd = backend.layer_norm(x, weight, bias, eps)
-        values, indices = backend.maxk_cbsr(y, k, nan_counters)
+        values, indices, mean, rstd = backends.for_tensor(x).layer_norm_maxk(
+            x, weight, bias, eps, k, nan_counters)
         ctx.save_for_backward(x, weight, bias, mean, rstd, indices)
         ctx.mark_non_differentiable(indices)
         return values, indices
@@ -99,10 +98,11 @@ class _LayerNormMaxK(torch.autograd.Function):
 
 def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,
                     check_nan: bool = True) -> CBSR:
-    """``maxk(layer_norm(x, (d,), weight, bias, eps), k)`` as one operator: the backward
-    takes MaxK's k-sparse gradient straight into the LayerNorm's (the dense gradient of the
-    normalised rows is never made, one N x d pass less each way on a GPU) and keeps ``x``,
-    not the normalised rows. ``check_nan`` scans the normalised rows as :func:`maxk` does.
+    """``maxk(layer_norm(x, (d,), weight, bias, eps), k)`` as one operator: on a GPU one kernel
+    normalises each row and takes its top k (the normalised rows are never written), and
+    the backward takes MaxK's k-sparse gradient straight into the LayerNorm's (its dense
+    gradient is never made either): one N x d pass less each way. It keeps ``x``, not the
+    normalised rows, for the backward. ``check_nan`` scans the normalised rows as :func:`maxk` does.
     Without weight and bias, for input other than N x d, or under autocast: the two
     operators one after the other."""
     name = "features" if check_nan else None

@@ -21,6 +21,10 @@
 //              the forward's lanes hit distinct shared-memory banks (maxk_reg only, below)
 //   ORDER_QV   with ORDER_L: the forward's entries per lane-load
 //   ORDER_STEPS with ORDER_L: k / ORDER_L (a constant: the division is per kept element)
+//   LAYER_NORM  1: maxk_reg first normalises the row as dense_rows.cu's layer_norm does
+//              (the same sums in the same order, so the same bits: fp32, VEC 4), writes
+//              its mean and rstd, and takes the top k of the normalised row: the
+//              LayerNorm's output is never written to memory nor read back
 // maxk_reg keeps the row in registers (CH * VEC <= 32 elements per lane, d <= 1024 for
 // fp32); maxk_smem keeps the keys in shared memory (d * 4 bytes per warp) for any d.
 //
@@ -65,6 +69,9 @@
 #endif
 #ifndef ORDER_STEPS
 #define ORDER_STEPS 1
+#endif
+#ifndef LAYER_NORM
+#define LAYER_NORM 0
 #endif
 
 #define FULL_MASK 0xffffffffu
@@ -202,9 +209,65 @@ struct BankOrder {
 };
 #endif
 
+#if LAYER_NORM
+static_assert(ELEM_BYTES == 4 && VEC == 4, "LAYER_NORM takes fp32 rows read as float4");
+
+__device__ __forceinline__ float warp_sum_f(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+// The LayerNorm of the row in `raw` (lane's columns i * 128 + lane * 4 + v, zeros past d),
+// in place, with dense_rows.cu's layer_norm's arithmetic; its mean and rstd to memory.
+__device__ __forceinline__ void layer_norm_row(unsigned int (&raw)[CH][VEC], int d, int lane,
+                                               long long row, const float* __restrict__ weight,
+                                               const float* __restrict__ bias,
+                                               float* __restrict__ mean_out,
+                                               float* __restrict__ rstd_out, float eps) {
+    float x[CH][4];
+#pragma unroll
+    for (int i = 0; i < CH; ++i)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) x[i][v] = __uint_as_float(raw[i][v]);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < CH; ++i) sum += (x[i][0] + x[i][1]) + (x[i][2] + x[i][3]);
+    const float mean = warp_sum_f(sum) / d;
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+        if (lane * 4 + 128 * i < d) {
+            const float a = x[i][0] - mean, b = x[i][1] - mean, c = x[i][2] - mean,
+                        e = x[i][3] - mean;
+            sq += (a * a + b * b) + (c * c + e * e);
+        }
+    }
+    const float rstd = rsqrtf(warp_sum_f(sq) / d + eps);
+#pragma unroll
+    for (int i = 0; i < CH; ++i) {
+        const int c = lane * 4 + 128 * i;
+        if (c < d) {
+            const float4 w = *reinterpret_cast<const float4*>(weight + c);
+            const float4 b = *reinterpret_cast<const float4*>(bias + c);
+            raw[i][0] = __float_as_uint((x[i][0] - mean) * rstd * w.x + b.x);
+            raw[i][1] = __float_as_uint((x[i][1] - mean) * rstd * w.y + b.y);
+            raw[i][2] = __float_as_uint((x[i][2] - mean) * rstd * w.z + b.z);
+            raw[i][3] = __float_as_uint((x[i][3] - mean) * rstd * w.w + b.w);
+        }
+    }
+    if (lane == 0) { mean_out[row] = mean; rstd_out[row] = rstd; }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __restrict__ out_idx,
-         long long n_rows, int d, int k, unsigned long long* __restrict__ nan_stats) {
+         long long n_rows, int d, int k, unsigned long long* __restrict__ nan_stats
+#if LAYER_NORM
+         , const float* __restrict__ ln_weight, const float* __restrict__ ln_bias,
+         float* __restrict__ ln_mean, float* __restrict__ ln_rstd, float ln_eps
+#endif
+         ) {
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= n_rows) return;  // uniform over the warp; no block-wide barrier below
@@ -216,13 +279,19 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
         const int c0 = i * 32 * VEC + lane * VEC;
         if (c0 < d) {  // d % VEC == 0: a vector is wholly inside or wholly outside the row
             load_vec(src + c0, raw[i]);
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) key[i][v] = key_of(raw[i][v]);
         } else {
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) { raw[i][v] = 0u; key[i][v] = 0u; }
+            for (int v = 0; v < VEC; ++v) raw[i][v] = 0u;
         }
     }
+#if LAYER_NORM
+    layer_norm_row(raw, d, lane, row, ln_weight, ln_bias, ln_mean, ln_rstd, ln_eps);
+#endif
+#pragma unroll
+    for (int i = 0; i < CH; ++i)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v)  // padding's key is 0, below every real key
+            key[i][v] = i * 32 * VEC + lane * VEC < d ? key_of(raw[i][v]) : 0u;
 
     if (nan_stats) {
         int nan_count = 0, first = d;

@@ -73,6 +73,10 @@ def main():
             (*reference.layer_norm(x, w, b, 1e-5),
              *reference.layer_norm_backward(gy, x, mean, rstd, w, b, mask),
              *reference.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b, mask))))
+        fv, fi, fmean, frstd = cuda.layer_norm_maxk(x, w, b, 1e-5, 3, None)  # one kernel
+        rv, ri = reference.maxk_cbsr(reference.layer_norm(x, w, b, 1e-5)[0], 3)
+        err = max(err, rel(fmean, mean), rel(frstd, rstd),
+                  rel(cuda.cbsr_to_dense(fv, fi, d), reference.cbsr_to_dense(rv, ri, d)))
         bad += not err < 1e-5
         print(f"layer_norm d={d}: {'ok' if err < 1e-5 else 'MISMATCH'} ({err:.1e})")
     for group_size in (8, launch.group_size()):

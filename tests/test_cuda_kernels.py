@@ -311,6 +311,32 @@ def test_layer_norm_backward_from_cbsr_gradient(d):
     assert empty[0].shape == (0, d) and not empty[1].any() and not empty[2].any()
 
 
+@pytest.mark.parametrize("d", [4, 100, 128, 256, 260, 1024, 1028, 6])
+def test_layer_norm_maxk_kernel_is_the_two_kernels(d):
+    """The one-kernel LayerNorm + top-k against layer_norm then maxk_cbsr: the same bits
+    (values, indices in the same order, mean, rstd, NaN counters) for k from 1 to d, N not a
+    multiple of a block's warps, rows holding NaN; widths it does not take (d % 4 != 0,
+    d > 1024) go through the two kernels."""
+    seed = fresh_seed()
+    n = 1_001
+    x = torch.randn(n, d, device=DEV) * 2 + 7
+    x[5, d // 2] = float("nan")
+    w, b = torch.randn(d, device=DEV), torch.randn(d, device=DEV)
+    y, mean, rstd = cuda.layer_norm(x, w, b, 1e-5)
+    for k in sorted({1, 2, max(1, d // 8), d // 2 + 1, d}):
+        counters, want_counters = (torch.zeros(2, dtype=torch.int64, device=DEV)
+                                   for _ in range(2))
+        got = cuda.layer_norm_maxk(x, w, b, 1e-5, k, counters)
+        want = (*cuda.maxk_cbsr(y, k, want_counters), mean, rstd)
+        for g, r in zip(got, want):
+            assert torch.equal(g.view(torch.int8) if g.is_floating_point() else g,
+                               r.view(torch.int8) if r.is_floating_point() else r), \
+                f"seed={seed} d={d} k={k}"
+        assert torch.equal(counters, want_counters) and counters[0] == d, seed
+    empty = cuda.layer_norm_maxk(x[:0], w, b, 1e-5, 3, None)
+    assert [t.shape[0] for t in empty] == [0, 0, 0, 0]
+
+
 def test_layer_norm_maxk_op_through_the_kernels():
     """ops.layer_norm_maxk on the GPU: the CBSR of maxk(layer_norm(x)) and the same
     gradients of x, weight and bias, with the top-k kernel's NaN check on the normalised
@@ -591,6 +617,9 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_backward.default,
                           (torch.randn_like(h), h, mean, rstd, torch.randn(64, device=DEV)),
                           test_utils=tests)
+    torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_maxk.default,
+                          (h, torch.randn(64, device=DEV), torch.randn(64, device=DEV), 1e-5, 5,
+                           counters), test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_backward_cbsr.default,
                           (xv[:20], xi[:20], h, mean, rstd, torch.randn(64, device=DEV)),
                           test_utils=tests)

@@ -71,6 +71,12 @@ def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
                                                      weight, bias, list(output_mask))
 
 
+def layer_norm_maxk(x, weight, bias, eps: float, k: int, nan_stats=None):
+    """(values, indices, mean, rstd): :func:`maxk_cbsr` of :func:`layer_norm`'s output."""
+    y, mean, rstd = layer_norm(x, weight, bias, eps)
+    return (*maxk_cbsr(y, k, nan_stats), mean, rstd)
+
+
 def layer_norm_backward_cbsr(grad_values, grad_indices, x, mean, rstd, weight, bias,
                              output_mask):
     """:func:`layer_norm_backward` for dy given as CBSR (``grad_values``, ``grad_indices``)

@@ -32,7 +32,8 @@ from .launch import KERNEL_DTYPES
 from .runtime import available
 
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_spgemm", "cbsr_sspmm",
-           "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_backward_cbsr",
+           "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
+           "layer_norm_backward_cbsr",
            "sample_neighbors", "launch"]
 
 
@@ -71,6 +72,19 @@ def layer_norm(x, weight, bias, eps: float):
             and launch.float4_rows(x, weight, bias)):
         return reference.layer_norm(x, weight, bias, eps)
     return kernels.layer_norm(x, weight, bias, float(eps))
+
+
+def layer_norm_maxk(x, weight, bias, eps: float, k: int, nan_stats=None):
+    """(values, indices, mean, rstd): :func:`maxk_cbsr` of :func:`layer_norm`'s output. Where
+    both kernels take the rows (fp32, float4 rows, d <= 1024) one kernel does both, with the
+    LayerNorm kernel's arithmetic (the same bits), never writing the normalised rows."""
+    d = x.shape[-1]
+    if not (x.dim() == 2 and 0 < d <= launch.DENSE_ROWS_MAX_WIDTH
+            and weight is not None and bias is not None and weight.shape == bias.shape == (d,)
+            and launch.float4_rows(x, weight, bias)):
+        y, mean, rstd = layer_norm(x, weight, bias, eps)
+        return (*maxk_cbsr(y, k, nan_stats), mean, rstd)
+    return kernels.layer_norm_maxk(x, weight, bias, float(eps), int(k), nan_stats)
 
 
 def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):

@@ -84,6 +84,32 @@ def maxk_cbsr(h: torch.Tensor, k: int,
     return values, indices
 
 
+def _layer_norm_maxk_fake(x, weight, bias, eps, k, nan_stats):
+    n = x.shape[0]
+    return (*_maxk_fake(x, k, nan_stats), x.new_empty((n, 1)), x.new_empty((n, 1)))
+
+
+@_custom_op("layer_norm_maxk", _layer_norm_maxk_fake, mutates_args=("nan_stats",))
+def layer_norm_maxk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                    k: int, nan_stats: Optional[torch.Tensor]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(values, indices, mean, rstd): :func:`maxk_cbsr` of :func:`layer_norm`'s output, in
+    one kernel (fp32 rows read as float4, d <= 1024)."""
+    n, d = x.shape
+    values = torch.empty((n, k), dtype=x.dtype, device=x.device)
+    indices = torch.empty((n, k), dtype=index_dtype(d), device=x.device)
+    mean, rstd = (torch.empty((n, 1), dtype=torch.float32, device=x.device) for _ in range(2))
+    if n == 0:
+        return values, indices, mean, rstd
+    func, defines, warps, smem = cfg.maxk_config(x, d, k)
+    assert func == "maxk_reg" and defines["VEC"] == 4, "the caller checks the row layout"
+    kern = kernel("maxk_cbsr", func, dict(defines, LAYER_NORM=1), x.device.index)
+    launch(kern, -(-n // warps), warps * 32,
+           (ptr(x), ptr(values), ptr(indices), i64(n), i32(d), i32(k), _ptr_or_null(nan_stats),
+            ptr(weight), ptr(bias), ptr(mean), ptr(rstd), np.float32(eps)), smem, x.device)
+    return values, indices, mean, rstd
+
+
 def _to_dense_fake(values, indices, d):
     return values.new_empty((values.shape[0], d))
 

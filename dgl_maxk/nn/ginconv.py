@@ -5,6 +5,7 @@ import torch
 
 from .._dgl import dgl
 from ..ops import aggregate
+from ..sparse import CBSR
 from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
 
 
@@ -86,7 +87,12 @@ class GINConv(dgl.nn.GINConv):
         src, dst, plan = split_features(graph, feat, k)
         norm = "right" if self._aggregator_type == "mean" else "none"
         neigh = aggregate(plan, src, edge_weight, norm, check_nan=False)
-        rst = (1 + self.eps) * dense(dst) + neigh
+        scale = 1 + self.eps
+        if isinstance(dst, CBSR) and dst.values.dtype == neigh.dtype == scale.dtype:
+            # (1 + eps) x added at x's k kept columns: no N x d dense x, made or saved
+            rst = neigh.scatter_add_(1, dst.indices.long(), scale * dst.values)
+        else:
+            rst = scale * dense(dst) + neigh
         if self.apply_func is not None:
             rst = self.apply_func(rst)
         if self.activation is not None:

@@ -185,7 +185,9 @@ class FullGraphStep:
 def _synchronisations_raise():
     """torch's CUDA calls that wait for the GPU raise inside the block (as in capture)."""
     previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
+    with warnings.catch_warnings():  # torch calls the mode a prototype each time it is set
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
+        torch.cuda.set_sync_debug_mode("error")
     try:
         yield
     finally:

@@ -116,6 +116,16 @@ def test_resume_gives_the_uninterrupted_result(planted, tmp_path, model):
         assert torch.equal(s["exp_avg"], final_b["optimizer"]["state"][i]["exp_avg"])
 
 
+def test_resume_may_change_how_the_step_is_launched(planted, tmp_path):
+    """train.cuda_graph decides how the step is launched, not its result: a checkpoint made
+    with it on resumes with it off (and the other way round), to the same result."""
+    straight = _run(small_config(), planted, tmp_path / "a")
+    cfg_on = small_config(**{"train.cuda_graph": True})
+    assert _run(cfg_on, planted, tmp_path / "b", budget=runner.Budget(epochs=3)) is None
+    resumed = _run(small_config(**{"train.cuda_graph": False}), planted, tmp_path / "b")
+    assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]
+
+
 def test_finished_run_is_not_rerun(planted, tmp_path):
     cfg = small_config()
     first = _run(cfg, planted, tmp_path)

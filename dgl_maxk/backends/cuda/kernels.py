@@ -156,19 +156,8 @@ def _layer_norm_backward_fake(grad_y, x, mean, rstd, weight):
 def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
                         rstd: torch.Tensor,
                         weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dx, [dweight; dbias]): the persistent warps' partial sums are added up here."""
-    n, d = x.shape
-    dx = torch.empty_like(x)
-    if n == 0:
-        return dx, x.new_zeros((2, d))
-    defines, warps = cfg.layer_norm_config(d)
-    kern = kernel("dense_rows", "layer_norm_backward", defines, x.device.index)
-    blocks = grid(kern, warps, 0, n, True, x.device.index)
-    parts = torch.empty((2, blocks * warps, d), dtype=torch.float32, device=x.device)
-    launch(kern, blocks, warps * 32,
-           (ptr(grad_y), ptr(x), ptr(mean), ptr(rstd), ptr(weight), ptr(dx), ptr(parts[0]),
-            ptr(parts[1]), i64(n), i32(d)), 0, x.device)
-    return dx, parts.sum(1)
+    """(dx, [dweight; dbias])."""
+    return _layer_norm_backward("layer_norm_backward", (ptr(grad_y),), x, mean, rstd, weight)
 
 
 def _layer_norm_backward_cbsr_fake(grad_values, grad_indices, x, mean, rstd, weight):
@@ -179,21 +168,31 @@ def _layer_norm_backward_cbsr_fake(grad_values, grad_indices, x, mean, rstd, wei
 def layer_norm_backward_cbsr(grad_values: torch.Tensor, grad_indices: torch.Tensor,
                              x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                              weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`layer_norm_backward` with dy as CBSR (grad_values, grad_indices) of x's width."""
+    """:func:`layer_norm_backward` with dy as CBSR (grad_values, grad_indices) of x's width:
+    each warp makes its row of dy in shared memory."""
+    return _layer_norm_backward(
+        "layer_norm_backward_cbsr",
+        (ptr(grad_values), ptr(grad_indices), i32(grad_values.shape[1])), x, mean, rstd,
+        weight, {"IDX_BYTES": grad_indices.element_size()}, smem_per_warp=x.shape[1] * 4)
+
+
+def _layer_norm_backward(func, dy_args, x, mean, rstd, weight, defines=None,
+                         smem_per_warp=0):
+    """Launch the LayerNorm backward kernel ``func`` (dy given by ``dy_args``, its first
+    arguments) on persistent warps; their partial sums of the weight and bias gradients are
+    added up here, in a fixed order."""
     n, d = x.shape
     dx = torch.empty_like(x)
     if n == 0:
         return dx, x.new_zeros((2, d))
-    defines, warps = cfg.layer_norm_config(d)
-    defines["IDX_BYTES"] = grad_indices.element_size()
-    kern = kernel("dense_rows", "layer_norm_backward_cbsr", defines, x.device.index)
-    smem = warps * d * 4  # one dy row per warp
+    config, warps = cfg.layer_norm_config(d)
+    kern = kernel("dense_rows", func, dict(config, **(defines or {})), x.device.index)
+    smem = warps * smem_per_warp
     blocks = grid(kern, warps, smem, n, True, x.device.index)
     parts = torch.empty((2, blocks * warps, d), dtype=torch.float32, device=x.device)
     launch(kern, blocks, warps * 32,
-           (ptr(grad_values), ptr(grad_indices), i32(grad_values.shape[1]), ptr(x), ptr(mean),
-            ptr(rstd), ptr(weight), ptr(dx), ptr(parts[0]), ptr(parts[1]), i64(n), i32(d)),
-           smem, x.device)
+           (*dy_args, ptr(x), ptr(mean), ptr(rstd), ptr(weight), ptr(dx), ptr(parts[0]),
+            ptr(parts[1]), i64(n), i32(d)), smem, x.device)
     return dx, parts.sum(1)
 
 

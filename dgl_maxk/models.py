@@ -79,18 +79,29 @@ class MaxKSAGE(MaxKGNN):
     def forward(self, graph, feat):
         h = self.lin_in(feat)
         last = len(self.layers) - 1
+        fused = False  # whether h holds CBSR rows from a LayerNorm fused with their MaxK
         for i, conv in enumerate(self.layers):
             g = self.layer_graph(graph, i)
             if self.k is None:
                 h = conv(g, F.relu(h))
                 continue
-            # the first layer applies MaxK itself; each later one gets CBSR rows from the
-            # previous LayerNorm and its MaxK in one operator, which scanned them for NaN
-            with contextlib.nullcontext() if i == 0 else input_checks(False):
-                h = conv(g, h, skip_norm=i < last)
-            if i < last:
-                h = conv.norm.maxk(h, self.k)
+            fuse = i < last and _fusable(conv, self.layers[i + 1])
+            # rows from the fused operator were scanned for NaN by it
+            with input_checks(False) if fused else contextlib.nullcontext():
+                h = conv(g, h, skip_norm=fuse)
+            if fuse:  # this layer's LayerNorm and the next one's MaxK: one operator
+                h = conv.norm.maxk(h, self.layers[i + 1].k)
+            fused = fuse
         return self.lin_out(h)
+
+
+def _fusable(conv, following) -> bool:
+    """Whether ``conv``'s LayerNorm can run fused with the MaxK that ``following`` applies to
+    its output: dgl_maxk's LayerNorm, a MaxK layer next, and no hooks that would see the
+    tensors the fusion skips (the norm's input and output, the next layer's dense input)."""
+    return (type(conv.norm) is LayerNorm and following.k is not None
+            and not (conv._forward_hooks or conv.norm._forward_pre_hooks
+                     or conv.norm._forward_hooks or following._forward_pre_hooks))
 
 
 class _LinearActDropConv(MaxKGNN):

@@ -33,6 +33,8 @@
 #endif
 #define FULL_MASK 0xffffffffu
 
+#include "layer_norm_row.cuh"
+
 #if ELEM_BYTES == 4
 typedef unsigned int raw_t;
 #else
@@ -62,11 +64,6 @@ cbsr_to_dense(const raw_t* __restrict__ values, const idx_t* __restrict__ indice
     for (int j = lane; j < k; j += 32) dst[(int)indices[base + j]] = values[base + j];
 }
 
-__device__ __forceinline__ float warp_sum_f(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
 
 // A row's RV / 4 float4 vectors of lane `lane`: columns lane * 4 + 128 * i (+0..3), zeros
 // past d (float4 loads: d % 4 == 0, 16-byte aligned rows).
@@ -87,31 +84,16 @@ layer_norm(const float* __restrict__ x, const float* __restrict__ weight,
     if (row >= n_rows) return;
     float4 v[RV / 4];
     load_row(x + row * (long long)d, d, lane, v);
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < RV / 4; ++i) sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
-    const float mean = warp_sum_f(sum) / d;
-    float sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < RV / 4; ++i) {
-        if (lane * 4 + 128 * i < d) {
-            const float a = v[i].x - mean, b = v[i].y - mean, c = v[i].z - mean,
-                        e = v[i].w - mean;
-            sq += (a * a + b * b) + (c * c + e * e);
-        }
-    }
-    const float rstd = rsqrtf(warp_sum_f(sq) / d + eps);
+    float mean, rstd;
+    row_mean_rstd(v, d, lane, eps, mean, rstd);
     float* dst = y + row * (long long)d;
 #pragma unroll
     for (int i = 0; i < RV / 4; ++i) {
         const int c = lane * 4 + 128 * i;
-        if (c < d) {
-            const float4 w = *reinterpret_cast<const float4*>(weight + c);
-            const float4 b = *reinterpret_cast<const float4*>(bias + c);
-            *reinterpret_cast<float4*>(dst + c) = make_float4(
-                (v[i].x - mean) * rstd * w.x + b.x, (v[i].y - mean) * rstd * w.y + b.y,
-                (v[i].z - mean) * rstd * w.z + b.z, (v[i].w - mean) * rstd * w.w + b.w);
-        }
+        if (c < d)
+            *reinterpret_cast<float4*>(dst + c) = normalise4(
+                v[i], mean, rstd, *reinterpret_cast<const float4*>(weight + c),
+                *reinterpret_cast<const float4*>(bias + c));
     }
     if (lane == 0) { mean_out[row] = mean; rstd_out[row] = rstd; }
 }

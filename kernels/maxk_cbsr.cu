@@ -212,48 +212,33 @@ struct BankOrder {
 #if LAYER_NORM
 static_assert(ELEM_BYTES == 4 && VEC == 4, "LAYER_NORM takes fp32 rows read as float4");
 
-__device__ __forceinline__ float warp_sum_f(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
+#include "layer_norm_row.cuh"
 
 // The LayerNorm of the row in `raw` (lane's columns i * 128 + lane * 4 + v, zeros past d),
-// in place, with dense_rows.cu's layer_norm's arithmetic; its mean and rstd to memory.
+// in place, with the LayerNorm kernel's arithmetic; its mean and rstd to memory.
 __device__ __forceinline__ void layer_norm_row(unsigned int (&raw)[CH][VEC], int d, int lane,
                                                long long row, const float* __restrict__ weight,
                                                const float* __restrict__ bias,
                                                float* __restrict__ mean_out,
                                                float* __restrict__ rstd_out, float eps) {
-    float x[CH][4];
+    float4 v[CH];
 #pragma unroll
     for (int i = 0; i < CH; ++i)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) x[i][v] = __uint_as_float(raw[i][v]);
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < CH; ++i) sum += (x[i][0] + x[i][1]) + (x[i][2] + x[i][3]);
-    const float mean = warp_sum_f(sum) / d;
-    float sq = 0.f;
-#pragma unroll
-    for (int i = 0; i < CH; ++i) {
-        if (lane * 4 + 128 * i < d) {
-            const float a = x[i][0] - mean, b = x[i][1] - mean, c = x[i][2] - mean,
-                        e = x[i][3] - mean;
-            sq += (a * a + b * b) + (c * c + e * e);
-        }
-    }
-    const float rstd = rsqrtf(warp_sum_f(sq) / d + eps);
+        v[i] = make_float4(__uint_as_float(raw[i][0]), __uint_as_float(raw[i][1]),
+                           __uint_as_float(raw[i][2]), __uint_as_float(raw[i][3]));
+    float mean, rstd;
+    row_mean_rstd(v, d, lane, eps, mean, rstd);
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
         const int c = lane * 4 + 128 * i;
         if (c < d) {
-            const float4 w = *reinterpret_cast<const float4*>(weight + c);
-            const float4 b = *reinterpret_cast<const float4*>(bias + c);
-            raw[i][0] = __float_as_uint((x[i][0] - mean) * rstd * w.x + b.x);
-            raw[i][1] = __float_as_uint((x[i][1] - mean) * rstd * w.y + b.y);
-            raw[i][2] = __float_as_uint((x[i][2] - mean) * rstd * w.z + b.z);
-            raw[i][3] = __float_as_uint((x[i][3] - mean) * rstd * w.w + b.w);
+            const float4 y = normalise4(v[i], mean, rstd,
+                                        *reinterpret_cast<const float4*>(weight + c),
+                                        *reinterpret_cast<const float4*>(bias + c));
+            raw[i][0] = __float_as_uint(y.x);
+            raw[i][1] = __float_as_uint(y.y);
+            raw[i][2] = __float_as_uint(y.z);
+            raw[i][3] = __float_as_uint(y.w);
         }
     }
     if (lane == 0) { mean_out[row] = mean; rstd_out[row] = rstd; }

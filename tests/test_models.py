@@ -67,6 +67,43 @@ def test_model_trains(name, nonlinearity):
             assert isinstance(x, CBSR) and x.k == k and x.d == 32
 
 
+def test_sage_fuses_layer_norm_and_maxk_only_where_nothing_watches():
+    """The SAGE model runs each LayerNorm fused with the next layer's MaxK, which skips the
+    norm's module call: with a hook on a norm, or a norm of torch's own, it runs the layers
+    unfused, and the output and gradients are the same either way."""
+    g, feat, _ = planted_partition(60)
+    model = build_model("sage", 8, 16, 3, num_layers=3, k=4, dropout=0.0).double()
+    feat = feat.double()
+
+    def run():
+        out = model(g, feat)
+        return out, torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    fused_out, fused_grads = run()
+    calls = []
+    handle = model.layers[0].norm.register_forward_hook(lambda *a: calls.append(1))
+    hooked_out, hooked_grads = run()
+    handle.remove()
+    assert calls == [1]
+    torch.testing.assert_close(hooked_out, fused_out)
+    for a, b in zip(hooked_grads, fused_grads):
+        torch.testing.assert_close(a, b)
+    plain = torch.nn.LayerNorm(16).double()
+    plain.load_state_dict(model.layers[1].norm.state_dict())
+    model.layers[1].norm = plain
+    torch.testing.assert_close(model(g, feat), fused_out)
+
+
+def test_sage_layer_with_dense_destination_under_autocast():
+    """A (CBSR source, dense destination) pair (k=None: used as given) under bf16 autocast:
+    the self GEMM is autocast's (out of place), as the neighbour GEMM is."""
+    g, feat, _ = planted_partition(30)
+    conv = SAGEConv(8, 6, "mean")
+    x = torch.randn(30, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv(g, (CBSR.from_dense(x, 3), x))
+    assert out.dtype == torch.bfloat16 and out.shape == (30, 6)
+
+
 @pytest.mark.parametrize("name", ("sage", "gin"))
 @pytest.mark.parametrize("nonlinearity", ("maxk", "relu"))
 def test_model_on_blocks_matches_full_graph(name, nonlinearity, h):

@@ -289,6 +289,7 @@ def _steps(planted, device, calls, make_step, dropout=0.5, seed=3):
     torch.manual_seed(seed + 1)
     run = make_step(model, opt, feats, labels, mask)
     losses = [float(run()) for _ in range(calls)]
+    run.grads = [None if p.grad is None else p.grad.detach().cpu() for p in model.parameters()]
     return losses, [p.detach().cpu() for p in model.parameters()], run
 
 
@@ -318,6 +319,32 @@ def test_full_graph_step_is_train_step_repeated(planted, device):
     torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
     for got, want in zip(weights, want_weights):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+@needs_kernels
+def test_capturing_step_leaves_its_own_gradients(planted):
+    """After the second call (the step that captures), the parameters' gradients are that
+    step's, as after train_step, though they now live in the graph's buffers."""
+    _, _, want = _steps(planted, "cuda", 2, _eager(planted))
+    _, _, run = _steps(planted, "cuda", 2, _full(planted))
+    assert run._replay is not None
+    for got, ref in zip(run.grads, want.grads):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-6)
+
+
+@needs_kernels
+def test_graphed_step_captures_again_when_trained_parameters_change(planted):
+    """A parameter frozen after the capture is no longer trained (as with train_step): the
+    step runs eagerly once, then captures again without it."""
+    _, _, run = _steps(planted, "cuda", 3, _full(planted), dropout=0.0)
+    frozen = run.model.lin_in.weight
+    frozen.requires_grad_(False)
+    before = frozen.detach().clone()
+    first = run._replay
+    for _ in range(3):
+        run()
+    assert run._replay is not None and run._replay is not first
+    assert frozen.grad is None and torch.equal(frozen, before)
 
 
 @needs_kernels
@@ -374,6 +401,13 @@ def test_step_that_cannot_be_captured_runs_eagerly(planted):
     torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-6)
     for got, want in zip(weights, want_weights):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_full_graph_step_refuses_a_mask_of_another_length(planted):
+    mask = torch.ones(planted.num_nodes - 1, dtype=torch.bool)
+    with pytest.raises(IndexError, match="rows mask has shape"):
+        step.FullGraphStep(torch.nn.Linear(1, 1), planted.graph, planted.features,
+                           planted.labels, None, rows=mask)
 
 
 def test_full_graph_step_takes_rows_as_a_mask_or_indices(planted):

@@ -101,9 +101,12 @@ class SAGEConv(dgl.nn.SAGEConv):
                 # sum or copy pass) and keeps CBSR rows, not dense ones, for its backward
                 h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
                                    self.fc_self.bias)
-                rst = (cbsr_addmm(h_neigh, dst, self.fc_self.weight, inplace=True)
-                       if isinstance(dst, CBSR)
-                       else h_neigh.addmm_(dst, self.fc_self.weight.t()))
+                if isinstance(dst, CBSR):
+                    rst = cbsr_addmm(h_neigh, dst, self.fc_self.weight, inplace=True)
+                elif dst.dtype == h_neigh.dtype:
+                    rst = h_neigh.addmm_(dst, self.fc_self.weight.t())
+                else:  # autocast casts out-of-place ops only
+                    rst = torch.addmm(h_neigh, dst, self.fc_self.weight.t())
             else:
                 if lin_before_mp:
                     h_neigh = agg(self.fc_neigh(src), edge_weight, "right")

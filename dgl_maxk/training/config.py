@@ -124,7 +124,7 @@ class TrainConfig(_Section):
                                                      "faster for bag-of-words features)")
     cuda_graph: bool = Field(True, description="full-graph training on a GPU: replay each "
                                                "step's forward and backward from a CUDA "
-                                               "graph captured at the first step (same "
+                                               "graph captured at the second step (same "
                                                "result; the graph keeps the step's memory "
                                                "reserved between steps)")
 

@@ -95,16 +95,25 @@ class FullGraphStep:
     weights change.
 
     A replay keeps what was in effect at the capture: the matmul precision and the model's
-    structure (parameters are updated in place, so replays see every step's weights).
-    ``rows`` given as a mask becomes indices once, here (one synchronisation, not one per
-    step). The step stays :func:`train_step` where capture does not apply: off the GPU, a
-    distributed model, sparse features, ``cuda_graph=False``, or a step that reads tensors on
-    the host (found by the second call, which then warns once, with the reason).
+    structure (parameters are updated in place, so replays see every step's weights). A
+    change of which parameters require gradients or of the optimizer's parameter groups
+    makes the step capture again. ``rows`` given as a mask becomes indices once, here (one
+    synchronisation, not one per step). The step stays :func:`train_step` where capture does
+    not apply: off the GPU, a distributed model, sparse features, ``cuda_graph=False``, or a
+    step that reads tensors on the host (found by the second call, which then warns once,
+    with the reason, draws that step's random numbers again and runs it eagerly; other state
+    its forward changed, such as a BatchNorm's running statistics, is changed twice). A
+    capture that fails past that check (an extension synchronising outside torch) raises: it
+    leaves torch's CUDA state unusable in this process.
     """
 
     def __init__(self, model, graph, features, labels, optimizer, *, rows=None,
                  multilabel=False, input_dropout=0.0, precision="tf32", cuda_graph=True):
         if rows is not None and rows.dtype == torch.bool:
+            num_rows = graph.num_dst_nodes() if hasattr(graph, "num_dst_nodes") else None
+            if num_rows is not None and rows.shape != (num_rows,):
+                raise IndexError(f"the rows mask has shape {tuple(rows.shape)} but the "
+                                 f"graph's output has {num_rows} rows")
             rows = rows.nonzero().squeeze(1)
         self.model, self.graph, self.features, self.labels = model, graph, features, labels
         self.optimizer, self.rows = optimizer, rows
@@ -113,10 +122,14 @@ class FullGraphStep:
         self.graphed = cuda_graph and _capturable(model, features)
         self._calls = 0
         self._replay = None  # (CUDA graph, loss, recorded NaN scans, static gradients)
+        self._captured_for = None  # what the capture assumed: _trained_parameters()
 
     def __call__(self) -> torch.Tensor:
         self._calls += 1
         if not self.graphed or self._calls == 1:
+            return self._eager()
+        if self._replay is not None and self._trained_parameters() != self._captured_for:
+            self._replay = None  # other parameters to train: capture again at the next call
             return self._eager()
         if self._replay is None:
             return self._probe_and_capture()
@@ -132,6 +145,10 @@ class FullGraphStep:
     def _eager(self):
         return train_step(self.model, self.graph, self.features, self.labels, self.optimizer,
                           rows=self.rows, **self.options)
+
+    def _trained_parameters(self):
+        return ([(id(p), p.requires_grad) for p in self.model.parameters()],
+                [[id(p) for p in group["params"]] for group in self.optimizer.param_groups])
 
     def _forward_backward(self, autocast_cache=True):
         return _forward_backward(self.model, self.graph, self.features, self.labels,
@@ -167,6 +184,8 @@ class FullGraphStep:
         return loss
 
     def _capture(self):
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        stepped = [p.grad for p in params]  # this step's, kept where the graph's will be
         self.optimizer.zero_grad(set_to_none=True)  # the backward makes them in the graph
         cuda_graph = torch.cuda.CUDAGraph()
         try:
@@ -176,9 +195,11 @@ class FullGraphStep:
             raise RuntimeError(
                 "the training step could not be captured in a CUDA graph; train without "
                 "capture (train.cuda_graph: false, or FullGraphStep(cuda_graph=False))") from err
-        grads = [(p, p.grad) for group in self.optimizer.param_groups
-                 for p in group["params"]]
-        self._replay = (cuda_graph, loss, pending, grads)
+        for p, g in zip(params, stepped):
+            if p.grad is not None and g is not None:
+                p.grad.copy_(g)
+        self._replay = (cuda_graph, loss, pending, [(p, p.grad) for p in params])
+        self._captured_for = self._trained_parameters()
 
 
 @contextlib.contextmanager

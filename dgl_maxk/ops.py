@@ -102,9 +102,9 @@ def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,
     normalises each row and takes its top k (the normalised rows are never written), and
     the backward takes MaxK's k-sparse gradient straight into the LayerNorm's (its dense
     gradient is never made either): one N x d pass less each way. It keeps ``x``, not the
-    normalised rows, for the backward. ``check_nan`` scans the normalised rows as :func:`maxk` does.
-    Without weight and bias, for input other than N x d, or under autocast: the two
-    operators one after the other."""
+    normalised rows, for the backward. ``check_nan`` scans the normalised rows as
+    :func:`maxk` does. Without weight and bias, for input other than N x d, or under
+    autocast: the two operators one after the other."""
     name = "features" if check_nan else None
     if x.dim() != 2 or weight is None or bias is None or _autocast_enabled(x.device.type):
         return maxk_checked(layer_norm(x, x.shape[-1:], weight, bias, eps), k, name)

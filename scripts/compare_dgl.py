@@ -423,10 +423,10 @@ def time_relu_libraries(case, model_name, setup, record):
                         case.layers, args.dropout)
         # stock DGL as its users run it: eagerly (a CUDA build of DGL may synchronise inside
         # its C++ code, which no capture survives)
-        ms, peak, graphed = time_training(stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
-                                          case.labels.to(dgl_device), case.mask.to(dgl_device),
-                                          dgl_device, max(1, args.epochs // 3), 1,
-                                          args.precision, cuda_graph=False)
+        ms, peak, graphed = time_training(
+            stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
+            case.labels.to(dgl_device), case.mask.to(dgl_device), dgl_device,
+            max(1, args.epochs // 3), 1, args.precision, cuda_graph=False)
         record("dgl-relu", ms, peak, graphed, dgl_device)
     else:
         print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "

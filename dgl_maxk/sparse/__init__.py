@@ -11,5 +11,5 @@ from .plan import NORMS, GraphPlan, SampledBlock, check_graph, graph_plan
 
 __all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k",
            "check_nan_counters", "checks_enabled", "deferred_checks", "input_checks",
-           "nan_counters", "raise_recorded_checks", "recorded_checks", "NORMS", "GraphPlan", "SampledBlock",
-           "check_graph", "graph_plan"]
+           "nan_counters", "raise_recorded_checks", "recorded_checks", "NORMS", "GraphPlan",
+           "SampledBlock", "check_graph", "graph_plan"]

@@ -162,8 +162,8 @@ class FullGraphStep:
         with torch.cuda.stream(side):
             self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
-            try:
-                with recorded_checks() as pending, _synchronisations_raise():
+            try:  # the checks are read after the synchronisations may happen again
+                with deferred_checks(), _synchronisations_raise():
                     loss = self._forward_backward()
                 failure = None
             except RuntimeError as err:
@@ -178,7 +178,6 @@ class FullGraphStep:
                           f"captured in a CUDA graph; it runs eagerly ({failure})",
                           RuntimeWarning)
             return self._eager()
-        raise_recorded_checks(pending)
         self.optimizer.step()
         self._capture()
         return loss

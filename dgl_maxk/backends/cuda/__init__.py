@@ -65,23 +65,25 @@ def layer_norm(x, weight, bias, eps: float):
     """(y, mean, rstd) of a LayerNorm over the rows of ``x``, as the reference. The kernel
     takes fp32 rows of width d % 4 == 0, 0 < d <= ``launch.DENSE_ROWS_MAX_WIDTH``, 16-byte
     aligned, with fp32 weight and bias of width d; anything else goes to the reference."""
-    d = x.shape[-1]
-    if not (x.dim() == 2 and 0 < d <= launch.DENSE_ROWS_MAX_WIDTH
-            and weight is not None and bias is not None
-            and weight.shape == bias.shape == (d,)  # else torch's error, not a read past w
-            and launch.float4_rows(x, weight, bias)):
+    if not _layer_norm_kernels_take(x, weight, bias, launch.DENSE_ROWS_MAX_WIDTH, bias):
         return reference.layer_norm(x, weight, bias, eps)
     return kernels.layer_norm(x, weight, bias, float(eps))
+
+
+def _layer_norm_kernels_take(x, weight, bias, max_width, *rows) -> bool:
+    """Whether the LayerNorm kernels take ``x``: 2-D fp32 rows of width 0 < d <= max_width
+    read as float4 (with ``weight`` and ``rows``), and weight and bias of width d (else
+    torch's error, not a read past them)."""
+    d = x.shape[-1]
+    return (x.dim() == 2 and 0 < d <= max_width and weight is not None and bias is not None
+            and weight.shape == bias.shape == (d,) and launch.float4_rows(x, weight, *rows))
 
 
 def layer_norm_maxk(x, weight, bias, eps: float, k: int, nan_stats=None):
     """(values, indices, mean, rstd): :func:`maxk_cbsr` of :func:`layer_norm`'s output. Where
     both kernels take the rows (fp32, float4 rows, d <= 1024) one kernel does both, with the
     LayerNorm kernel's arithmetic (the same bits), never writing the normalised rows."""
-    d = x.shape[-1]
-    if not (x.dim() == 2 and 0 < d <= launch.DENSE_ROWS_MAX_WIDTH
-            and weight is not None and bias is not None and weight.shape == bias.shape == (d,)
-            and launch.float4_rows(x, weight, bias)):
+    if not _layer_norm_kernels_take(x, weight, bias, launch.DENSE_ROWS_MAX_WIDTH, bias):
         y, mean, rstd = layer_norm(x, weight, bias, eps)
         return (*maxk_cbsr(y, k, nan_stats), mean, rstd)
     return kernels.layer_norm_maxk(x, weight, bias, float(eps), int(k), nan_stats)
@@ -92,9 +94,8 @@ def layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask):
     ``output_mask`` says no). The kernel takes what the forward kernel takes, up to
     ``launch.LAYER_NORM_BACKWARD_MAX_WIDTH`` wide; the weight and bias gradients are summed
     in a fixed order (deterministic)."""
-    if not (x.dim() == 2 and 0 < x.shape[-1] <= launch.LAYER_NORM_BACKWARD_MAX_WIDTH
-            and weight is not None and bias is not None
-            and launch.float4_rows(grad_y, x, weight)):
+    if not _layer_norm_kernels_take(x, weight, bias, launch.LAYER_NORM_BACKWARD_MAX_WIDTH,
+                                    grad_y):
         return reference.layer_norm_backward(grad_y, x, mean, rstd, weight, bias, output_mask)
     dx, sums = kernels.layer_norm_backward(grad_y, x, mean.contiguous(), rstd.contiguous(),
                                            weight)
@@ -106,12 +107,10 @@ def layer_norm_backward_cbsr(grad_values, grad_indices, x, mean, rstd, weight, b
     """:func:`layer_norm_backward` for dy given as CBSR (``grad_values``, ``grad_indices``:
     MaxK's gradient when the LayerNorm feeds a MaxK), without making dy dense where the kernel
     applies (fp32 values; what :func:`layer_norm_backward`'s kernel takes)."""
-    d = x.shape[-1]
-    if not (grad_values.dtype == torch.float32 and x.dim() == 2
-            and 0 < d <= launch.LAYER_NORM_BACKWARD_MAX_WIDTH
-            and weight is not None and bias is not None and launch.float4_rows(x, weight)):
-        return layer_norm_backward(cbsr_to_dense(grad_values, grad_indices, d), x, mean, rstd,
-                                   weight, bias, output_mask)
+    if not (grad_values.dtype == torch.float32 and _layer_norm_kernels_take(
+            x, weight, bias, launch.LAYER_NORM_BACKWARD_MAX_WIDTH)):
+        dy = cbsr_to_dense(grad_values, grad_indices, x.shape[-1])
+        return layer_norm_backward(dy, x, mean, rstd, weight, bias, output_mask)
     dx, sums = kernels.layer_norm_backward_cbsr(grad_values.contiguous(),
                                                 grad_indices.contiguous(), x, mean.contiguous(),
                                                 rstd.contiguous(), weight)

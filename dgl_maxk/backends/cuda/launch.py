@@ -239,8 +239,9 @@ def sspmm_slices(n_src: int, k: int) -> int:
     """Source slices of the SSpMM's walk (``GraphPlan.source_slices``): enough that each
     slice's part of dX (``slice_bytes``) stays in L2 while it takes the atomic adds, at most
     ``max_slices`` (each slice reads the dY rows it touches again). Measured on an H200
-    (BENCHMARKS.md, "Kernels at their limit, continued"): 2-4 slices for dX of 60 MB to 630 MB take 4-35% off;
-    5 or more lose on the products-sized graph (2.5 GB of dY rows to read each time)."""
+    (BENCHMARKS.md, "Kernels at their limit, continued"): 2-4 slices for dX of 60 MB to
+    630 MB take 4-35% off; 5 or more lose on the products-sized graph (2.5 GB of dY rows to
+    read each time)."""
     slices = option("cbsr_sspmm", "slices")
     if not slices:
         slices = min(-(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes")),

@@ -5,12 +5,15 @@ classes, 8% training seeds as in ogbn-products), GraphSAGE 3 x 256 with fan-outs
 batches of 1024 seeds: for each variant and GPU count, the time of ``--steps`` training steps
 per process after warm-up, the throughput in seed nodes per second (all processes together),
 the epoch time it implies, and where the time goes (waiting for the sampler, feature gathering
-and copying, compute), with dgl_maxk's device sampler and DGL's CPU sampler side by side. The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of
-``dgl.nn.SAGEConv`` with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU
-with the DGL wheels of the package index). Processes are forked, one per GPU, and joined
-through NCCL with DistributedDataParallel. Each step is the trainer's own
-(``dgl_maxk.training.step.train_step``), under ``--precision`` (default tf32, the paper's
-setting) for every variant alike.
+and copying, compute), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
+The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.SAGEConv``
+with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
+of the package index). Processes are forked, one per GPU, and joined through NCCL (the
+gradients averaged by DistributedDataParallel, or by the graphed step itself). Each step is
+the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``: with ``--cuda-graph
+on``, the trainer's ``sampling.cuda_graph: true``, the device sampler's full batches replay
+a CUDA graph over padded blocks; the column "step" says what ran), under ``--precision``
+(default tf32, the paper's setting) for every variant alike.
 
     python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
     python scripts/bench_minibatch.py --nodes 20000 --degree 10 --gpus 1 --device cpu --steps 5
@@ -35,6 +38,7 @@ from dgl_maxk.training import distributed  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
 from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
+from dgl_maxk.training.sampled_step import SampledStep  # noqa: E402
 from dgl_maxk.training.step import make_optimizer  # noqa: E402
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
@@ -66,27 +70,35 @@ def worker(rank, world, args, port, queue):
         torch.distributed.destroy_process_group()
 
 
-def time_variant(model, loader, feats, labels, device, args, world):
+def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
     """Warm up, then time ``args.steps`` steps (throughput, no extra synchronisation); with
     ``--breakdown`` a second pass of as many steps splits the time into sampling wait, copy
-    and compute (synchronising at each boundary)."""
+    and compute (synchronising at each boundary). The step is the trainer's
+    (``sampling.cuda_graph`` as ``cuda_graph``)."""
     opt = make_optimizer(model.parameters(), 0.003)
-    common = dict(precision=args.precision)
-    train_epoch(model, loader, feats, labels, opt, device, False, max_steps=args.warmup,
-                **common)
+    step = SampledStep(model, opt, args.fanouts, args.batch_size, args.nodes,
+                       precision=args.precision, cuda_graph=cuda_graph)
+    train_epoch(step, loader, feats, labels, device, max_steps=args.warmup)
     if world > 1:
         torch.distributed.barrier()
     distributed.synchronize(device)
     start = time.perf_counter()
-    stats = train_epoch(model, loader, feats, labels, opt, device, False,
-                        max_steps=args.steps, **common)
+    replays = step.replays
+    stats = train_epoch(step, loader, feats, labels, device, max_steps=args.steps)
     distributed.synchronize(device)
     stats["wall_s"] = time.perf_counter() - start
+    stats["replayed_steps"] = step.replays - replays
     if args.breakdown:
-        split = train_epoch(model, loader, feats, labels, opt, device, False,
-                            max_steps=args.steps, timed=True, **common)
+        split = train_epoch(step, loader, feats, labels, device, max_steps=args.steps,
+                            timed=True)
         stats.update({key: split[key] for key in ("sample_s", "copy_s", "compute_s")})
     return stats
+
+
+def arms(args):
+    """(sampler, sampling.cuda_graph) pairs to time; DGL's blocks run eagerly either way."""
+    return [(sampler, graph_mode) for sampler in args.samplers for graph_mode in args.cuda_graph
+            if not (sampler == "dgl" and graph_mode == "on" and "off" in args.cuda_graph)]
 
 
 def time_variants(rank, world, device, args, queue):
@@ -97,21 +109,26 @@ def time_variants(rank, world, device, args, queue):
     device_graph = DeviceGraph.from_dgl(graph, device) if "device" in args.samplers else None
     build_s = time.perf_counter() - t0
     feats_d, labels_d = feats.to(device), labels.to(device)
-    for sampler in args.samplers:
+    for sampler, graph_mode in arms(args):
         for variant in args.variants:
             torch.manual_seed(args.seed)
             k = None if variant == "relu" else int(variant.split("k")[-1])
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
-            model = distributed.data_parallel(model, device)
+            if graph_mode == "off":  # as the trainer: DDP, unless the step is graphed
+                model = distributed.data_parallel(model, device)
             sampling = {"sampler": sampler, "fanouts": args.fanouts,
                         "batch_size": args.batch_size, "prefetch": args.prefetch}
             loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
-            stats = time_variant(model, loader, feats_d, labels_d, device, args, world)
+            stats = time_variant(model, loader, feats_d, labels_d, device, args, world,
+                                 graph_mode == "on")
             seeds = stats["seeds"]
             stats = distributed.all_reduce_mean(stats, device)
-            stats.update(sampler=sampler, variant=variant, seeds_total=seeds * world,
+            step = "graphed" if stats["replayed_steps"] == args.steps else (
+                "eager" if stats["replayed_steps"] == 0 else "mixed")
+            stats.update(sampler=sampler, cuda_graph=graph_mode, step=step, variant=variant,
+                         seeds_total=seeds * world,
                          graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
             if rank == 0:
                 queue.put(stats)
@@ -135,6 +152,11 @@ def parse_args():
     parser.add_argument("--prefetch", type=int, default=None,
                         help="batches the device sampler prepares ahead (default: the "
                              "trainer's, 1 on a GPU, 0 on a CPU)")
+    parser.add_argument("--cuda-graph", nargs="+", choices=("on", "off"), default=["off"],
+                        help="the trainer's sampling.cuda_graph: on replays the device "
+                             "sampler's full batches from a CUDA graph over padded blocks; "
+                             "off (the trainer's default) runs them eagerly under DDP; give "
+                             "both to time the two side by side")
     parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=40, help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=5)
@@ -165,22 +187,26 @@ def run_world(ctx, world, args, first):
     for p in procs:
         p.start()
     rows = []
-    for _ in range(len(args.samplers) * len(args.variants)):
+    for _ in range(len(arms(args)) * len(args.variants)):
         stats = queue.get()
-        sampler, variant = stats["sampler"], stats["variant"]
+        sampler, step, variant = stats["sampler"], stats["step"], stats["variant"]
+        graph_mode = stats["cuda_graph"]
         nodes, edges, seeds, build_s = stats.pop("graph")
         if first and not rows:
             print(f"precision: {args.precision} for every variant")
             print(f"graph: {nodes:,} nodes, {edges:,} edges, {seeds:,} training seeds "
                   f"(built in {build_s:.1f} s per process)", flush=True)
         throughput = stats["seeds_total"] / stats["wall_s"]
-        row = {"sampler": sampler, "variant": variant, "gpus": world, "throughput_seeds_per_s": throughput,
+        row = {"sampler": sampler, "cuda_graph": graph_mode, "step": step, "variant": variant,
+               "gpus": world,
+               "throughput_seeds_per_s": throughput,
                "step_ms": stats["wall_s"] / args.steps * 1e3,
                "epoch_s_estimate": seeds / throughput,
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
                "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
         rows.append(row)
-        print(f"{sampler:6s} {variant:9s} x{world}: {throughput:10.0f} seeds/s, "
+        print(f"{sampler:6s} graph {graph_mode:3s} ({step}) {variant:9s} x{world}: "
+              f"{throughput:10.0f} seeds/s, "
               f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
               + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
                  f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
@@ -196,12 +222,14 @@ def markdown_table(results, args) -> str:
     lines = [f"Precision: {args.precision} for every variant (float32 matmul precision "
              f"'{MATMUL_PRECISION[args.precision]}'"
              + (", bfloat16 autocast" if args.precision == "bf16" else "") + ").", "",
-             "| sampler | variant | GPUs | seeds/s | ms/step | epoch (s, est.) | "
+             "| sampler | cuda_graph (step run) | variant | GPUs | seeds/s | ms/step | "
+             "epoch (s, est.) | "
              "sampling wait / copy / compute (ms/step) | scaling vs 1 GPU | speedup vs ReLU |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         def same(o, **kw):
-            return o["sampler"] == r["sampler"] and all(o[k] == v for k, v in kw.items())
+            return (o["sampler"] == r["sampler"] and o["cuda_graph"] == r["cuda_graph"]
+                    and all(o[k] == v for k, v in kw.items()))
         one = next((o for o in results if same(o, variant=r["variant"], gpus=1)), None)
         relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)
         split = " / ".join(f"{r[key] / args.steps * 1e3:.1f}"
@@ -209,7 +237,8 @@ def markdown_table(results, args) -> str:
         scale = f"{r['throughput_seeds_per_s'] / one['throughput_seeds_per_s']:.2f}x" if one else ""
         vs = (f"{r['throughput_seeds_per_s'] / relu['throughput_seeds_per_s']:.2f}x"
               if relu else "")
-        lines.append(f"| {r['sampler']} | {r['variant']} | {r['gpus']} | "
+        lines.append(f"| {r['sampler']} | {r['cuda_graph']} ({r['step']}) | {r['variant']} | "
+                     f"{r['gpus']} | "
                      f"{r['throughput_seeds_per_s']:.0f} | {r['step_ms']:.1f} | "
                      f"{r['epoch_s_estimate']:.1f} | {split if args.breakdown else ''} | "
                      f"{scale} | {vs} |")

@@ -253,3 +253,16 @@ def h():
 def graph_case(graph_kind):
     """(kind, graph) for the test's ``graph_kind``."""
     return graph_kind, make_graph(graph_kind)
+
+
+class ReadsOnTheHost(torch.nn.Module):
+    """A model whose forward reads a tensor on the host (a step that cannot be captured in a
+    CUDA graph), otherwise ``inner``."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, graph, x):
+        out = self.inner(graph, x)
+        return out * (1 + 0 * float(out.detach().sum()))  # a host synchronisation

@@ -39,6 +39,8 @@ from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
 from dgl_maxk.sampling.sampler import sample_block
 from dgl_maxk.sparse import GraphPlan, SampledBlock, graph_plan
 from dgl_maxk.training import runner, sampling, step
+from dgl_maxk.training import sampled_step
+from dgl_maxk.training.sampled_step import SampledStep
 from conftest import small_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -814,14 +816,15 @@ def test_train_epoch_over_the_device_loader_reduces_the_loss():
     y = (x[:, 0] > 0).long()  # learnable from the features
     model = build_model("sage", 8, 16, 2, 2, k=4, dropout=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    step = SampledStep(model, opt, [5, 5], 50, 200)
     loader = sampling.device_loader(DeviceGraph.from_dgl(g, "cpu"), torch.arange(200), [5, 5],
                                     batch_size=50, seed=int(torch.randint(1000, ())),
                                     prefetch=1)
     assert isinstance(loader, NeighborLoader)
-    first = sampling.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False,
+    first = sampling.train_epoch(step, loader, x, y, torch.device("cpu"),
                                  timed=True)
     for _ in range(15):
-        last = sampling.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False)
+        last = sampling.train_epoch(step, loader, x, y, torch.device("cpu"))
     assert first["seeds"] == 200 and first["steps"] == 4 == last["steps"]
     assert first["sample_s"] > 0 and first["compute_s"] > 0
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
@@ -852,7 +855,7 @@ def test_runner_trains_on_the_configured_sampler(sampler, planted, tmp_path, mon
     def spy(model, blocks, *args, **kwargs):
         graphs.append(blocks)
         return step.train_step(model, blocks, *args, **kwargs)
-    monkeypatch.setattr(sampling, "train_step", spy)
+    monkeypatch.setattr(sampled_step, "train_step", spy)  # what SampledStep runs off the GPU
     cfg = small_config(**{"train.epochs": 2, "mode": "minibatch", "sampling.fanouts": [4, 4],
                           "sampling.batch_size": 32, "sampling.sampler": sampler})
     res = T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False)

@@ -15,6 +15,7 @@ import dgl_maxk
 from dgl_maxk.training import sampling
 from dgl_maxk._dgl import dgl
 from dgl_maxk.models import build_model
+from dgl_maxk.training.sampled_step import SampledStep
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,11 +51,12 @@ def test_train_epoch_reduces_the_loss(h):
     y = (x[:, 0] > 0).long()  # learnable from the features
     model = build_model("sage", 8, 16, 2, 2, k=4, dropout=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    step = SampledStep(model, opt, [5, 5], 50, 200)
     loader = sampling.make_loader(g, torch.arange(200), [5, 5], batch_size=50, seed=0)
-    first = sampling.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False,
+    first = sampling.train_epoch(step, loader, x, y, torch.device("cpu"),
                                   timed=True)
     for _ in range(15):
-        last = sampling.train_epoch(model, loader, x, y, opt, torch.device("cpu"), False)
+        last = sampling.train_epoch(step, loader, x, y, torch.device("cpu"))
     assert first["seeds"] == 200 and first["steps"] == 4
     assert first["sample_s"] > 0 and first["compute_s"] > 0
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])

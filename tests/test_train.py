@@ -15,7 +15,7 @@ from dgl_maxk import data as D
 from dgl_maxk import training as T
 from dgl_maxk.training import checkpoint as C
 from dgl_maxk.training import runner, step
-from conftest import small_config
+from conftest import ReadsOnTheHost, small_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -214,15 +214,16 @@ def test_sparse_input_dropout_keeps_pattern_and_scales():
 
 
 def test_one_train_step_serves_both_modes(planted, tmp_path, monkeypatch):
-    from dgl_maxk.training import sampling, seed
-    assert seed.FullGraphStep is step.FullGraphStep and sampling.train_step is step.train_step
+    from dgl_maxk.training import sampled_step, seed
+    assert seed.FullGraphStep is step.FullGraphStep and seed.SampledStep is sampled_step.SampledStep
+    assert sampled_step.train_step is step.train_step
     graphs, real = [], step.train_step
 
     def spy(model, graph, *args, **kwargs):
         graphs.append(graph)
         return real(model, graph, *args, **kwargs)
     monkeypatch.setattr(step, "train_step", spy)  # what FullGraphStep runs off the GPU
-    monkeypatch.setattr(sampling, "train_step", spy)
+    monkeypatch.setattr(sampled_step, "train_step", spy)  # and SampledStep
     _run(small_config(**{"train.epochs": 2}), planted, tmp_path / "full")
     assert graphs == [planted.graph] * 2
     graphs.clear()
@@ -378,20 +379,11 @@ def test_graphed_step_survives_gradients_set_to_none(planted):
 @needs_kernels
 def test_step_that_cannot_be_captured_runs_eagerly(planted):
     """A forward that reads a tensor on the host cannot be captured: the second step finds
-    it, warns with the reason, and the step trains eagerly, the same as train_step (the
-    failed probe's random numbers are drawn again)."""
-    class HostRead(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, graph, x):
-            out = self.inner(graph, x)
-            return out * (1 + 0 * float(out.detach().sum()))  # a host synchronisation
-
+    it, runs its step to the end, warns with the reason, and the step trains eagerly from
+    then on: the same losses and weights as train_step."""
     def wrap(make):
         def made(model, opt, feats, labels, mask):
-            return make(HostRead(model), opt, feats, labels, mask)
+            return make(ReadsOnTheHost(model), opt, feats, labels, mask)
         return made
     want_losses, want_weights, _ = _steps(planted, "cuda", 3, wrap(_eager(planted)))
     with pytest.warns(RuntimeWarning, match="cannot be captured in a CUDA graph") as caught:
@@ -722,3 +714,4 @@ def test_loss_is_cross_entropy(dtype):
     multi = torch.randint(2, (50, 7)).to(dtype)
     assert torch.equal(loss_fn(logits, multi, True),
                        torch.nn.functional.binary_cross_entropy_with_logits(logits, multi))
+

@@ -19,6 +19,9 @@ import torch
 from .sampler import DeviceGraph, NeighborSampler
 
 _END = object()
+#: The name of the thread that samples ahead (a step watching its own synchronisations
+#: leaves this thread's out).
+SAMPLER_THREAD = "dgl_maxk-sampler"
 #: torch.Generator.manual_seed takes seeds below 2^64; the derived seeds of large run seeds
 #: (run seed x 100003 x 100003 x 1009) go past it. Reducing modulo 2^64 keeps every seed
 #: that fitted, so their batches do not change.
@@ -118,7 +121,7 @@ def _prefetched(batches, depth, device):
     # the caller's context (launch overrides, input checks) holds on the producer's thread
     thread = threading.Thread(target=contextvars.copy_context().run,
                               args=(_produce, batches, ready, stop, device, ready_event),
-                              daemon=True, name="dgl_maxk-sampler")
+                              daemon=True, name=SAMPLER_THREAD)
     thread.start()
     try:
         while True:
@@ -155,7 +158,9 @@ def _produce(batches, ready, stop, device, start_after=None):
         return False
 
     try:
-        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # high priority: the sampler's small kernels (and the reads of its sizes that wait
+        # for them) go ahead of the step's, which would otherwise hold the GPU
+        stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         if start_after is not None:
             stream.wait_event(start_after)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():

@@ -141,6 +141,12 @@ class SamplingConfig(_Section):
         None, ge=0, description="batches the device sampler prepares ahead on its own thread "
                           "(default: 1 on a GPU; 0 on a CPU, where it would take the step's "
                           "cores)")
+    cuda_graph: bool = Field(
+        False, description="on a GPU with the device sampler: replay each full batch's "
+                           "forward and backward from a CUDA graph, over blocks padded to "
+                           "fixed sizes (other dropout draws than unpadded steps; the "
+                           "gradients are averaged by the step, not by DDP). Opt-in: see "
+                           "BENCHMARKS.md for what it was measured to gain")
 
 
 class ExperimentConfig(_Section):

@@ -1,7 +1,9 @@
 """The device and the process group: one process, or data-parallel under torchrun.
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) each process trains on its share of the seed nodes,
-gradients are averaged by DistributedDataParallel (NCCL on GPUs, gloo on CPUs), and
+gradients are averaged (NCCL on GPUs, gloo on CPUs) by DistributedDataParallel in
+full-graph training and by :class:`~dgl_maxk.training.sampled_step.SampledStep` in
+mini-batch training, and
 :func:`all_reduce_mean` averages the numbers each process measures. On one process every
 helper here is the identity.
 """

@@ -17,7 +17,6 @@ import torch
 from .._dgl import dgl
 from ..sampling import NeighborLoader, NeighborSampler
 from .distributed import rank, synchronize, world_size
-from .step import train_step
 
 SAMPLERS = ("device", "dgl")
 
@@ -69,10 +68,9 @@ def _iterate(loader):
         return iter(loader)
 
 
-def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
-                max_steps=None, timed=False, input_dropout=0.0, precision="tf32"):
-    """One pass over ``loader`` (DGL's or dgl_maxk's), one
-    :func:`~dgl_maxk.training.step.train_step` per batch.
+def train_epoch(step, loader, features, labels, device, max_steps=None, timed=False):
+    """One pass over ``loader`` (DGL's or dgl_maxk's), one call of ``step`` (a
+    :class:`~dgl_maxk.training.sampled_step.SampledStep`) per batch.
 
     ``features``/``labels`` are indexed by node id (on any device). Returns the mean loss, the
     seed count and the step count; with ``timed``, also the seconds spent waiting for the
@@ -95,8 +93,7 @@ def train_epoch(model, loader, features, labels, optimizer, device, multilabel,
         if timed:
             synchronize(device)
         t2 = time.perf_counter()
-        loss = train_step(model, blocks, x, y, optimizer, multilabel=multilabel,
-                          input_dropout=input_dropout, precision=precision)
+        loss = step(blocks, x, y)
         loss_sum += loss * len(output_nodes)
         if timed:
             synchronize(device)

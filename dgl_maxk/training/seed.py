@@ -21,6 +21,7 @@ from .errors import CheckpointError
 from .metrics import evaluate
 from .precision import autocast, precision_scope
 from .sampling import epoch_loader, train_epoch
+from .sampled_step import SampledStep
 from .sparse_input import SparseInputLinear
 from .step import FullGraphStep, make_optimizer
 
@@ -60,7 +61,10 @@ class _SeedRun:
         self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
                                                                      T_max=t["epochs"])
                           if t["schedule"] == "cosine" else None)
-        self.train_model = data_parallel(self.model, device)
+        # a graphed mini-batch step averages the gradients itself: DDP's hooks cannot be
+        # captured
+        graphed_batches = cfg["mode"] == "minibatch" and cfg["sampling"]["cuda_graph"]
+        self.train_model = self.model if graphed_batches else data_parallel(self.model, device)
         self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
         self.device_graph = (DeviceGraph.of(self.graph, device)
                              if cfg["mode"] == "minibatch"
@@ -74,7 +78,7 @@ class _SeedRun:
                       for s in ("train", "val", "test")}
         self.train_idx = self.masks["train"].nonzero().squeeze(1)
         self.train_labels = self.labels[self.train_idx]
-        self.full_step = None  # made at the first epoch
+        self.full_step = self.sampled_step = None  # made at the first epoch
 
     def restore(self, ckpt: dict) -> dict:
         """Load a checkpoint's model, optimizer, scheduler and RNG states; its run state."""
@@ -111,10 +115,16 @@ class _SeedRun:
                     self.optimizer, rows=self.train_idx, cuda_graph=t["cuda_graph"], **common)
             loss = float(self.full_step())
         else:
-            loader = epoch_loader(self.graph, self.train_idx.cpu(), self.cfg["sampling"],
-                                  self.seed, epoch, self.device_graph)
-            stats = train_epoch(self.train_model, loader, self.features, self.labels,
-                                self.optimizer, self.device, **common)
+            sampling = self.cfg["sampling"]
+            if self.sampled_step is None:
+                self.sampled_step = SampledStep(
+                    self.train_model, self.optimizer, sampling["fanouts"],
+                    sampling["batch_size"], self.graph.num_nodes(),
+                    cuda_graph=sampling["cuda_graph"], **common)
+            loader = epoch_loader(self.graph, self.train_idx.cpu(), sampling, self.seed, epoch,
+                                  self.device_graph)
+            stats = train_epoch(self.sampled_step, loader, self.features, self.labels,
+                                self.device)
             loss = all_reduce_mean({"loss": stats["loss"]}, self.device)["loss"]
         if self.scheduler is not None:
             self.scheduler.step()

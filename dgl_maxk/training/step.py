@@ -6,11 +6,13 @@ the input features of its source nodes, and the labels of the rows the loss is t
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 
 import torch
 from torch.nn import functional as F
 
+from ..sampling.loader import SAMPLER_THREAD
 from ..sparse import deferred_checks, raise_recorded_checks, recorded_checks
 from .precision import autocast
 
@@ -100,9 +102,8 @@ class FullGraphStep:
     makes the step capture again. ``rows`` given as a mask becomes indices once, here (one
     synchronisation, not one per step). The step stays :func:`train_step` where capture does
     not apply: off the GPU, a distributed model, sparse features, ``cuda_graph=False``, or a
-    step that reads tensors on the host (found by the second call, which then warns once,
-    with the reason, draws that step's random numbers again and runs it eagerly; other state
-    its forward changed, such as a BatchNorm's running statistics, is changed twice). A
+    step that reads tensors on the host (found by the second call, which runs its step to
+    the end, then warns once, with the reason; that step and the next ones are eager). A
     capture that fails past that check (an extension synchronising outside torch) raises: it
     leaves torch's CUDA state unusable in this process.
     """
@@ -147,53 +148,31 @@ class FullGraphStep:
                           rows=self.rows, **self.options)
 
     def _trained_parameters(self):
-        return ([(id(p), p.requires_grad) for p in self.model.parameters()],
-                [[id(p) for p in group["params"]] for group in self.optimizer.param_groups])
+        return trained_parameters(self.model, self.optimizer)
 
     def _forward_backward(self, autocast_cache=True):
         return _forward_backward(self.model, self.graph, self.features, self.labels,
                                  self.rows, autocast_cache=autocast_cache, **self.options)
 
     def _probe_and_capture(self):
-        device = self.features.device
-        current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
-        rng = torch.cuda.get_rng_state(device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            self.model.train()
-            self.optimizer.zero_grad(set_to_none=True)
-            try:  # the checks are read after the synchronisations may happen again
-                with deferred_checks(), _synchronisations_raise():
-                    loss = self._forward_backward()
-                failure = None
-            except RuntimeError as err:
-                if "synchroniz" not in str(err):
-                    raise
-                failure = str(err)  # not the error: its frames would keep the step's tensors
-        current.wait_stream(side)
-        if failure is not None:  # not capturable: this step and the next ones run eagerly
-            torch.cuda.set_rng_state(rng, device)
-            self.graphed = False
-            warnings.warn(f"the training step reads a tensor on the host, so it cannot be "
-                          f"captured in a CUDA graph; it runs eagerly ({failure})",
-                          RuntimeWarning)
-            return self._eager()
+        self.model.train()
+        loss, capturable = probe(self.features.device, self._probed_step)
         self.optimizer.step()
-        self._capture()
+        if capturable:
+            self._capture()
+        else:  # this step ran eagerly, as the next ones will
+            self.graphed = False
         return loss
+
+    def _probed_step(self):
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._forward_backward()
 
     def _capture(self):
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         stepped = [p.grad for p in params]  # this step's, kept where the graph's will be
         self.optimizer.zero_grad(set_to_none=True)  # the backward makes them in the graph
-        cuda_graph = torch.cuda.CUDAGraph()
-        try:
-            with recorded_checks() as pending, torch.cuda.graph(cuda_graph):
-                loss = self._forward_backward(autocast_cache=False)
-        except Exception as err:  # past torch's synchronisation check: not recoverable here
-            raise RuntimeError(
-                "the training step could not be captured in a CUDA graph; train without "
-                "capture (train.cuda_graph: false, or FullGraphStep(cuda_graph=False))") from err
+        cuda_graph, loss, pending = capture(lambda: self._forward_backward(autocast_cache=False))
         for p, g in zip(params, stepped):
             if p.grad is not None and g is not None:
                 p.grad.copy_(g)
@@ -201,17 +180,71 @@ class FullGraphStep:
         self._captured_for = self._trained_parameters()
 
 
+def trained_parameters(model, optimizer):
+    """What a capture assumes of the training: which parameters require gradients, and the
+    optimizer's parameter groups."""
+    return ([(id(p), p.requires_grad) for p in model.parameters()],
+            [[id(p) for p in group["params"]] for group in optimizer.param_groups])
+
+
+def probe(device, step):
+    """Run ``step()`` (a forward and backward) once on a side stream, as capture would,
+    watching for torch's calls that wait for the GPU; its deferred NaN checks are read after.
+    Returns (its loss, whether it can be captured): a step that synchronised ran eagerly to
+    its end, and a warning says why it cannot be captured."""
+    current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+    side.wait_stream(current)
+    found = []
+    with torch.cuda.stream(side):
+        with deferred_checks(), _synchronisations_recorded(found):
+            loss = step()
+    current.wait_stream(side)
+    if found:
+        warnings.warn(f"the training step reads a tensor on the host, so it cannot be "
+                      f"captured in a CUDA graph; it runs eagerly ({found[0]})", RuntimeWarning)
+    return loss, not found
+
+
+def capture(step):
+    """(CUDA graph, loss, recorded NaN scans) of ``step()`` captured on a side stream; a
+    failure raises (past :func:`probe`'s check it is not recoverable in this process)."""
+    cuda_graph = torch.cuda.CUDAGraph()
+    try:
+        # thread-local: the device sampler's thread goes on synchronising meanwhile
+        with recorded_checks() as pending, torch.cuda.graph(
+                cuda_graph, capture_error_mode="thread_local"):
+            loss = step()
+    except Exception as err:  # torch's CUDA generator and allocator stay in capture state
+        raise RuntimeError(
+            "the training step could not be captured in a CUDA graph; train without capture "
+            "(train.cuda_graph: false, or cuda_graph=False)") from err
+    return cuda_graph, loss, pending
+
+
 @contextlib.contextmanager
-def _synchronisations_raise():
-    """torch's CUDA calls that wait for the GPU raise inside the block (as in capture)."""
+def _synchronisations_recorded(found: list):
+    """The messages of torch's CUDA calls that wait for the GPU inside the block, appended to
+    ``found``. The device sampler's thread, which samples ahead meanwhile, is not watched:
+    torch's check is process-wide, so it is set to warn, and the warnings of that thread are
+    dropped (capture itself watches only its own thread)."""
+    shown = warnings.showwarning
+
+    def record(message, category, *args, **kwargs):
+        if "synchronizing CUDA operation" not in str(message):
+            shown(message, category, *args, **kwargs)
+        elif threading.current_thread().name != SAMPLER_THREAD:
+            found.append(str(message))
+
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings():  # torch calls the mode a prototype each time it is set
         warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
-        torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
+        warnings.filterwarnings("always", message=".*synchronizing CUDA operation")
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
 
 
 def _capturable(model, features) -> bool:

@@ -1,0 +1,272 @@
+"""The mini-batch training step, replayed from a CUDA graph over blocks of fixed sizes.
+
+A sampled step launches a few hundred kernels for blocks of a few thousand to a few hundred
+thousand nodes, so on a GPU the host's launches bound it, not the kernels (BENCHMARKS.md).
+Capture needs the same shapes at every replay, and every batch's blocks differ: each
+batch's blocks are copied into blocks of fixed sizes, the most nodes and edges that the
+fan-outs and the batch size allow, and one captured forward and backward is replayed over
+them.
+
+Padding keeps each block a valid CSR within the sampler's degree bound, both ways. The
+real destination rows come first with their edges; padding rows after them take the
+remaining edge slots, at most a fan-out each, from padding source rows at the end, at most
+a fan-out edges each (a transposed CSR has no long row either). Real rows read only real
+rows, and the loss is taken over the real seeds, so the real rows compute what they would
+unpadded, and the padding rows add nothing to the gradients.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..sparse import SampledBlock, deferred_checks, raise_recorded_checks
+from .distributed import is_distributed
+from .step import _forward_backward, capture, probe, train_step, trained_parameters
+
+
+def _bounds(fanouts, batch_size, num_nodes):
+    """(destination, source) node bounds per layer, input layer first."""
+    bounds, dst = [], batch_size
+    for fanout in reversed(fanouts):
+        src = max(dst, min(num_nodes, dst * (1 + fanout)))
+        bounds.insert(0, (dst, src))
+        dst = src
+    return bounds
+
+
+class PaddedBatch:
+    """Fixed-size copies of a device sampler's batch: blocks, input features and labels.
+
+    Layer l holds ``dst_cap[l]`` destination rows (twice the most a batch can have: the
+    other half holds padding edges), ``edge_cap[l]`` edges and ``src_cap[l]`` source rows
+    (the last ``dst_bound[l]`` for padding edges); the features have ``src_cap[0]`` rows and
+    the labels
+    ``batch_size``. :meth:`fits` says whether a batch can be copied in, :meth:`load` copies
+    it (a few small kernels per layer, no host synchronisation), :meth:`blocks` makes the
+    blocks over the fixed tensors (inside a capture, so that their plans are rebuilt at
+    every replay).
+    """
+
+    def __init__(self, fanouts, batch_size, num_nodes, features, labels):
+        self.fanouts, self.batch_size = list(fanouts), int(batch_size)
+        bounds = _bounds(self.fanouts, self.batch_size, int(num_nodes))
+        self.dst_bound = [dst for dst, _ in bounds]
+        self.dst_cap = [2 * dst for dst in self.dst_bound]
+        self.edge_cap = [dst * f for dst, f in zip(self.dst_bound, self.fanouts)]
+        self.src_cap = ([max(bounds[0][1] + self.dst_bound[0], self.dst_cap[0])]
+                        + self.dst_cap[:-1])
+        device = features.device
+        self.indptr = [torch.zeros(c + 1, dtype=torch.int64, device=device)
+                       for c in self.dst_cap]
+        self.indices = [torch.empty(e, dtype=torch.int64, device=device)
+                        for e in self.edge_cap]
+        # edge slots after the real ones: padding row i ends f * (i + 1) entries later, and
+        # padding edge j comes from source row src_cap - 1 - j // f
+        self._slots = [torch.arange(1, c + 1, device=device) * f
+                       for c, f in zip(self.dst_cap, self.fanouts)]
+        self._sources = [src - 1 - torch.arange(e, device=device) // f
+                         for src, e, f in zip(self.src_cap, self.edge_cap, self.fanouts)]
+        self.features = torch.zeros((self.src_cap[0],) + features.shape[1:],
+                                    dtype=features.dtype, device=device)
+        self.labels = torch.zeros((self.batch_size,) + labels.shape[1:], dtype=labels.dtype,
+                                  device=device)
+        for layer in range(len(self.fanouts)):  # all padding until a batch is loaded
+            self._load_layer(layer, self.indptr[layer][:1], self.indices[layer][:0], 0)
+
+    def fits(self, blocks, features, labels) -> bool:
+        """Whether this batch can be copied in: a full batch of the device sampler's blocks
+        with these fan-outs, and features and labels like the first batch's."""
+        if len(blocks) != len(self.fanouts) or not all(
+                isinstance(b, SampledBlock) and b.device == self.features.device
+                and b.plan.max_in_degree == f and b.num_dst_nodes() <= dst
+                and b.num_src_nodes() <= src - dst and b.num_edges() <= edges
+                for b, f, dst, src, edges in zip(blocks, self.fanouts, self.dst_bound,
+                                                 self.src_cap, self.edge_cap)):
+            return False
+        return (blocks[-1].num_dst_nodes() == self.batch_size
+                and _like(features, self.features, blocks[0].num_src_nodes())
+                and _like(labels, self.labels, self.batch_size))
+
+    def load(self, blocks, features, labels):
+        """Copy a batch that :meth:`fits` into the fixed tensors."""
+        for layer, block in enumerate(blocks):
+            self._load_layer(layer, block.plan.indptr, block.plan.indices, block.num_edges())
+        self.features[:features.shape[0]].copy_(features)
+        self.labels.copy_(labels)
+
+    def _load_layer(self, layer, indptr, indices, num_edges):
+        rows = indptr.numel() - 1
+        fixed_indptr, fixed_indices = self.indptr[layer], self.indices[layer]
+        fixed_indptr[:rows + 1].copy_(indptr)
+        padding = fixed_indptr[rows + 1:]
+        torch.add(self._slots[layer][:padding.numel()], num_edges, out=padding)
+        padding.clamp_(max=self.edge_cap[layer])
+        fixed_indices[:num_edges].copy_(indices)
+        fixed_indices[num_edges:].copy_(self._sources[layer][:self.edge_cap[layer] - num_edges])
+
+    def blocks(self):
+        """The loaded batch's blocks, fixed sizes (new plans: build them where they are
+        replayed)."""
+        return [SampledBlock(indptr, indices, _nodes(src, indptr.device), dst,
+                             max_in_degree=fanout)
+                for indptr, indices, src, dst, fanout in zip(
+                    self.indptr, self.indices, self.src_cap, self.dst_cap, self.fanouts)]
+
+
+def _like(x, fixed, rows) -> bool:
+    return (isinstance(x, torch.Tensor) and not x.is_sparse and x.device == fixed.device
+            and x.dtype == fixed.dtype and x.shape == (rows,) + fixed.shape[1:])
+
+
+def _nodes(count, device):
+    """A stand-in for a padded block's source node ids: only their number is read."""
+    return torch.zeros(1, dtype=torch.int64, device=device).expand(count)
+
+
+class SampledStep:
+    """:func:`train_step` on a sampler's blocks, as mini-batch training runs it every batch;
+    call it with each batch's ``(blocks, features, labels)``.
+
+    On a GPU, batches of dgl_maxk's device sampler with its full batch size run over a
+    :class:`PaddedBatch`, captured in a CUDA graph and replayed: the first such call runs
+    eagerly (kernels and lazy state are made), the second is probed and captured as in
+    :class:`~dgl_maxk.training.step.FullGraphStep`, later calls replay. Each call reads the
+    NaN scans (one synchronisation) before the optimizer's step. DGL's blocks, fan-outs of
+    -1, steps off the GPU, with ``cuda_graph=False``, or that read a tensor on the host
+    (warned once, then every step) run :func:`train_step`. Padded steps draw their dropout
+    masks over the padded rows: they give other random numbers than unpadded ones, the same
+    ones replayed or not.
+
+    Data parallel (under torchrun): with ``cuda_graph``, pass the model itself, not a
+    DistributedDataParallel (whose hooks cannot be captured). The step then does what DDP
+    does: the processes start from rank 0's parameters, and each step averages the
+    gradients over them, here in one flat buffer per dtype, one all-reduce, before the
+    optimizer. Once padded steps ran, the parameters' gradients live in those buffers (also
+    for the batches that do not fit). Without ``cuda_graph``, a DDP model runs
+    :func:`train_step` as it is.
+    """
+
+    def __init__(self, model, optimizer, fanouts, batch_size, num_nodes, *, multilabel=False,
+                 input_dropout=0.0, precision="tf32", cuda_graph=True):
+        ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        if ddp and cuda_graph:
+            raise TypeError("a graphed SampledStep averages the gradients over the processes "
+                            "itself: pass the module, not a DistributedDataParallel")
+        self.model, self.optimizer = model, optimizer
+        self.options = dict(multilabel=multilabel, input_dropout=input_dropout,
+                            precision=precision)
+        self.data_parallel = is_distributed() and not ddp
+        if self.data_parallel:  # DDP's start: every process from rank 0's weights
+            for tensor in model.state_dict().values():
+                torch.distributed.broadcast(tensor, 0)
+        self.sizes = (list(fanouts), int(batch_size), int(num_nodes))
+        self.graphed = cuda_graph and all(f > 0 for f in fanouts)
+        self.batch = None  # the PaddedBatch, made at the first batch that can use it
+        self.replays = 0
+        self._warm = False  # whether a padded step ran eagerly since the last capture
+        self._replay = None  # (CUDA graph, loss, recorded NaN scans)
+        self._captured_for = None
+        self._grads = None  # (parameter, its gradient's view of a flat buffer), flat buffers
+
+    def __call__(self, blocks, features, labels) -> torch.Tensor:
+        if self.graphed and features.is_cuda and self._fits(blocks, features, labels):
+            self.batch.load(blocks, features, labels)
+            return self._graphed_step()
+        if self.data_parallel or (self.graphed and self.batch is not None):
+            return self._step(lambda: self._forward_backward(blocks, features, labels, None))
+        return train_step(self.model, blocks, features, labels, self.optimizer, **self.options)
+
+    def _graphed_step(self):
+        if (self._replay is not None
+                and trained_parameters(self.model, self.optimizer) != self._captured_for):
+            self._replay, self._grads, self._warm = None, None, False
+        if self._replay is not None:
+            return self._replayed()
+        if not self._warm:
+            self._warm = True
+            return self._step(self._padded)
+        return self._probe_and_capture()
+
+    def _fits(self, blocks, features, labels) -> bool:
+        if self.batch is None:
+            fanouts, batch_size, _ = self.sizes
+            if not (len(blocks) == len(fanouts) and all(isinstance(b, SampledBlock)
+                                                        for b in blocks)
+                    and blocks[-1].num_dst_nodes() == batch_size):
+                return False  # not a full batch of the device sampler: nothing to allocate
+            batch = PaddedBatch(*self.sizes, features, labels)
+            if not batch.fits(blocks, features, labels):
+                self.graphed = False  # blocks of other fan-outs: no batch will fit
+                return False
+            self.batch = batch
+        return self.batch.fits(blocks, features, labels)
+
+    def _bind_grads(self):
+        """Point each trained parameter's gradient at its slice of a flat buffer (made once
+        per capture), which the backward adds into in place."""
+        if self._grads is None:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            flats = {}
+            for p in params:
+                flats.setdefault((p.dtype, p.device), []).append(p)
+            views, buffers = [], []
+            for group in flats.values():
+                flat = torch.zeros(sum(p.numel() for p in group), dtype=group[0].dtype,
+                                   device=group[0].device)
+                views += zip(group, torch.split(flat, [p.numel() for p in group]))
+                buffers.append(flat)
+            self._grads = ([(p, g.view_as(p)) for p, g in views], buffers)
+        for p, g in self._grads[0]:
+            p.grad = g
+
+    def _forward_backward(self, blocks, features, labels, rows, autocast_cache=True):
+        """The model's forward and backward, adding into the zeroed flat gradients."""
+        for flat in self._grads[1]:
+            flat.zero_()
+        return _forward_backward(self.model, blocks, features, labels, rows,
+                                 autocast_cache=autocast_cache, **self.options)
+
+    def _padded(self, autocast_cache=True):
+        batch = self.batch
+        return self._forward_backward(batch.blocks(), batch.features, batch.labels,
+                                      slice(0, batch.batch_size), autocast_cache)
+
+    def _finish(self):
+        """The gradients averaged over the processes (data parallel), then the optimizer."""
+        if self.data_parallel:  # a sum, then the mean (gloo has no average)
+            for flat in self._grads[1]:
+                torch.distributed.all_reduce(flat)
+                flat.div_(torch.distributed.get_world_size())
+        self.optimizer.step()
+
+    def _step(self, forward_backward):
+        """An eager step: ``forward_backward()`` with its NaN checks read at the end, then
+        :meth:`_finish`."""
+        self.model.train()
+        self._bind_grads()
+        with deferred_checks():
+            loss = forward_backward()
+        self._finish()
+        return loss
+
+    def _probe_and_capture(self):
+        self.model.train()
+        self._bind_grads()
+        loss, capturable = probe(self.batch.features.device, self._padded)
+        self._finish()
+        if not capturable:  # this step ran eagerly, as the next ones will
+            self.graphed = False
+            return loss
+        # capture records the kernels without running them: the gradients stay this step's
+        self._replay = capture(lambda: self._padded(autocast_cache=False))
+        self._captured_for = trained_parameters(self.model, self.optimizer)
+        return loss
+
+    def _replayed(self):
+        cuda_graph, loss, pending = self._replay
+        self.model.train()
+        self._bind_grads()
+        cuda_graph.replay()
+        raise_recorded_checks(pending)
+        self._finish()
+        self.replays += 1
+        return loss.clone()  # the graph's loss is overwritten by the next replay

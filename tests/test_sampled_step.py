@@ -1,0 +1,260 @@
+"""The mini-batch step over padded blocks (dgl_maxk.training.sampled_step).
+
+On the CPU: the padded blocks are valid CSRs within the fan-out, and a model over them
+computes, at the real rows, what it computes over the sampler's blocks (forward and
+gradients), for the three models, MaxK and ReLU. On a GPU: the graphed step trains as the
+eager one does, replays new batches, and still raises on NaN before the optimizer.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dgl_maxk import backends
+from dgl_maxk._dgl import dgl
+from dgl_maxk.models import build_model
+from dgl_maxk.sampling import DeviceGraph, NeighborSampler
+from dgl_maxk.training import step as step_module
+from dgl_maxk.training.sampled_step import PaddedBatch, SampledStep
+from conftest import ReadsOnTheHost
+
+needs_kernels = pytest.mark.skipif(not backends.cuda.available(),
+                                   reason="no CUDA GPU with CuPy (a CUDA graph of the kernels)")
+
+
+def _graph(n):
+    """A random graph with hubs (in-degree far above the fan-outs) and nodes without
+    in-edges."""
+    src = torch.randint(0, n, (6 * n,))
+    dst = torch.randint(0, n, (6 * n,))
+    hubs = torch.randint(0, n, (4,))
+    src = torch.cat([src, torch.randint(0, n, (8 * n,))])
+    dst = torch.cat([dst, hubs[torch.randint(0, 4, (8 * n,))]])
+    empty = torch.randperm(n)[:n // 10]
+    keep = ~torch.isin(dst, empty)
+    return dgl.graph((src[keep], dst[keep]), num_nodes=n)
+
+
+def _batch(graph, fanouts, batch_size, device="cpu", dtype=torch.float64, width=6):
+    dg = DeviceGraph.from_dgl(graph, device)
+    seeds = torch.randperm(graph.num_nodes())[:batch_size].to(device)
+    input_nodes, _, blocks = NeighborSampler(fanouts).sample(dg, seeds)
+    x = torch.randn(len(input_nodes), width, dtype=dtype, device=device)
+    y = torch.randint(0, 3, (batch_size,), device=device)
+    return blocks, x, y
+
+
+def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones():
+    n = int(torch.randint(60, 400, ()))
+    fanouts, batch_size = [int(f) for f in torch.randint(1, 7, (3,))], 16
+    blocks, x, y = _batch(_graph(n), fanouts, batch_size)
+    batch = PaddedBatch(fanouts, batch_size, n, x, y)
+    assert batch.fits(blocks, x, y)
+    for _ in range(2):  # a second batch over the first one's leftovers
+        batch.load(blocks, x, y)
+        padded = batch.blocks()
+        for layer, (real, pad) in enumerate(zip(blocks, padded)):
+            plan, rows = pad.plan, real.num_dst_nodes()
+            assert pad.num_src_nodes() == batch.src_cap[layer] >= pad.num_dst_nodes()
+            if layer:
+                assert pad.num_src_nodes() == padded[layer - 1].num_dst_nodes()
+            assert int(plan.indptr[0]) == 0 and int(plan.indptr[-1]) == plan.num_edges
+            degrees = plan.in_degrees
+            assert int(degrees.min()) >= 0 and int(degrees.max()) <= fanouts[layer]
+            edges = real.num_edges()
+            assert torch.equal(plan.indptr[:rows + 1], real.plan.indptr)
+            assert torch.equal(plan.indices[:edges], real.plan.indices)
+            # padding edges come from rows past the real ones, at most a fan-out each
+            assert bool((plan.indices[edges:] >= real.num_src_nodes()).all())
+            padding_out = plan.out_degrees[real.num_src_nodes():]
+            assert int(padding_out.max()) <= fanouts[layer]
+            assert int(padding_out.sum()) == plan.num_edges - edges
+        assert torch.equal(batch.features[:len(x)], x) and torch.equal(batch.labels, y)
+        blocks, x, y = _batch(_graph(n), fanouts, batch_size)
+
+
+@pytest.mark.parametrize("model_name", ["sage", "gcn", "gin"])
+@pytest.mark.parametrize("k", [None, 3])
+def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_name, k):
+    n, fanouts, batch_size = int(torch.randint(80, 300, ())), [4, 3, 2], 12
+    blocks, x, y = _batch(_graph(n), fanouts, batch_size)
+    model = build_model(model_name, 6, 8, 3, 3, k=k or 4, dropout=0.0,
+                        nonlinearity="relu" if k is None else "maxk").double()
+    batch = PaddedBatch(fanouts, batch_size, n, x, y)
+    batch.load(blocks, x, y)
+
+    def run(graph, features):
+        model.zero_grad(set_to_none=True)
+        out = model(graph, features)[:batch_size]
+        torch.nn.functional.cross_entropy(out, y).backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()]
+    want, want_grads = run(blocks, x)
+    got, grads = run(batch.blocks(), batch.features)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10)
+
+
+def test_fits_only_full_batches_of_the_samplers_blocks():
+    n, fanouts, batch_size = 200, [3, 2], 10
+    graph = _graph(n)
+    blocks, x, y = _batch(graph, fanouts, batch_size)
+    batch = PaddedBatch(fanouts, batch_size, n, x, y)
+    assert batch.fits(blocks, x, y)
+    small, xs, ys = _batch(graph, fanouts, batch_size - 1)
+    assert not batch.fits(small, xs, ys)  # the last, smaller batch of an epoch
+    assert not PaddedBatch([3, 1], batch_size, n, x, y).fits(blocks, x, y)  # other fan-outs
+    assert not batch.fits(blocks, x.float(), y)  # features of another dtype
+    assert not batch.fits(blocks, x[:, :4], y)
+    assert not batch.fits(blocks[1:], x, y)
+    src, dst = blocks[0].plan.indices, blocks[0].plan.dst_of_edge
+    dgl_blocks = [dgl.create_block((src, dst), num_src_nodes=blocks[0].num_src_nodes(),
+                                   num_dst_nodes=blocks[0].num_dst_nodes()), blocks[1]]
+    assert not batch.fits(dgl_blocks, x, y)
+
+
+def test_sampled_step_off_the_gpu_is_train_step(monkeypatch):
+    """On the CPU every batch runs train_step on the sampler's own blocks (nothing
+    padded)."""
+    from dgl_maxk.training import sampled_step
+    n, fanouts = 150, [3, 2]
+    calls = []
+
+    def spy(model, blocks, *args, **kwargs):
+        calls.append(blocks)
+        return step_module.train_step(model, blocks, *args, **kwargs)
+    monkeypatch.setattr(sampled_step, "train_step", spy)
+    model = build_model("sage", 6, 8, 3, 2, k=3, dropout=0.0).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = SampledStep(model, opt, fanouts, 10, n)
+    for _ in range(3):
+        blocks, x, y = _batch(_graph(n), fanouts, 10)
+        loss = run(blocks, x, y)
+        assert calls[-1] is blocks and loss.dim() == 0
+    assert run.batch is None and run.replays == 0
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+
+def _train(graphed, batches, model_name="sage", optimizer=torch.optim.SGD, seed=0):
+    torch.manual_seed(seed)
+    model = build_model(model_name, 6, 16, 3, 3, k=4, dropout=0.0).cuda()
+    opt = optimizer(model.parameters(), lr=0.05)
+    run = SampledStep(model, opt, [4, 3, 2], 32, 500, precision="fp32", cuda_graph=graphed)
+    losses = [float(run(*batch)) for batch in batches]
+    return losses, [p.detach().cpu() for p in model.parameters()], run
+
+
+@needs_kernels
+@pytest.mark.parametrize("model_name", ["sage", "gcn", "gin"])
+def test_graphed_sampled_step_trains_as_the_eager_step(model_name):
+    """Six full batches and a smaller last one, dropout off: the graphed step (an eager
+    padded step, a captured one, four replays, then the last batch eagerly) gives the
+    losses and weights of train_step on the sampler's blocks."""
+    graph = _graph(500)
+    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(6)]
+    batches.append(_batch(graph, [4, 3, 2], 20, "cuda", torch.float32))
+    want_losses, want_weights, eager = _train(False, batches, model_name)
+    losses, weights, run = _train(True, batches, model_name)
+    assert eager.replays == 0 and run.replays == 4 and run.graphed
+    assert len(set(losses)) == len(losses)  # each batch's loss differs: new data replayed
+    torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
+    for got, want in zip(weights, want_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@needs_kernels
+def test_graphed_sampled_step_raises_on_nan_before_the_optimizer():
+    graph = _graph(500)
+    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(4)]
+    _, _, run = _train(True, batches[:3])
+    assert run.replays == 1
+    blocks, x, y = batches[3]
+    row = int(torch.randint(0, blocks[0].num_dst_nodes(), ()))
+    x = x.clone()
+    x[row, 2] = float("nan")
+    before = [p.detach().clone() for p in run.model.parameters()]
+    with pytest.raises(ValueError, match=rf"the first at index \({row}, 0\)"):
+        run(blocks, x, y)  # lin_in spreads the NaN over its row: the first conv finds it
+    for a, b in zip(before, run.model.parameters()):
+        torch.testing.assert_close(b.detach(), a, rtol=0, atol=0)
+    run(*batches[0])  # the next clean batch replays
+    assert run.replays == 2
+
+
+@needs_kernels
+def test_a_step_that_reads_on_the_host_warns_and_trains_eagerly():
+    graph = _graph(500)
+    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(5)]
+    want_losses, want_weights, _ = _train(False, batches)
+    torch.manual_seed(0)
+    model = ReadsOnTheHost(build_model("sage", 6, 16, 3, 3, k=4, dropout=0.0).cuda())
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    run = SampledStep(model, opt, [4, 3, 2], 32, 500, precision="fp32")
+    with pytest.warns(RuntimeWarning, match="cannot be captured") as caught:
+        losses = [float(run(*batch)) for batch in batches]
+    assert len([w for w in caught if "cannot be captured" in str(w.message)]) == 1
+    assert not run.graphed and run.replays == 0
+    torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
+    for got, want in zip(model.parameters(), want_weights):
+        torch.testing.assert_close(got.detach().cpu(), want, rtol=1e-4, atol=1e-5)
+
+
+@needs_kernels
+def test_graphed_step_replays_while_the_sampler_thread_samples_ahead(recwarn):
+    """The sampler's own synchronisations on its thread neither stop the capture nor count
+    as the step's: every full batch after the second replays, without a warning."""
+    from dgl_maxk.training import sampling
+    graph = _graph(2000)
+    torch.manual_seed(0)
+    model = build_model("sage", 6, 16, 3, 3, k=4, dropout=0.5).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    run = SampledStep(model, opt, [4, 3, 2], 64, 2000)
+    x = torch.randn(2000, 6, device="cuda")
+    y = torch.randint(0, 3, (2000,), device="cuda")
+    loader = sampling.device_loader(DeviceGraph.from_dgl(graph, "cuda"), torch.arange(2000),
+                                    [4, 3, 2], 64, seed=0, prefetch=2)
+    stats = sampling.train_epoch(run, loader, x, y, torch.device("cuda"))
+    full = 2000 // 64
+    assert stats["steps"] == full + 1 and run.replays == full - 2
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def _data_parallel_worker(rank, store_path, out_path):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
+                            world_size=2)
+    try:
+        torch.manual_seed(rank)  # other initial weights on each process: rank 0's must win
+        model = build_model("sage", 6, 8, 3, 2, k=3, dropout=0.0).double()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        run = SampledStep(model, opt, [3, 2], 10, 150)
+        start = [p.detach().clone() for p in model.parameters()]
+        graph = _graph(150)  # each process its own batches
+        grads = []
+        for _ in range(2):
+            run(*_batch(graph, [3, 2], 10))
+            grads.append([p.grad.clone() for p in model.parameters()])
+        torch.save({"start": start, "end": [p.detach() for p in model.parameters()],
+                    "grads": grads}, f"{out_path}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_data_parallel_steps_keep_the_processes_in_step(tmp_path):
+    """Under a process group of two, without DDP: both processes start from rank 0's
+    weights, take the same (averaged) gradients, and end with the same weights."""
+    import torch.multiprocessing as mp
+    mp.start_processes(_data_parallel_worker, args=(str(tmp_path / "store"),
+                                                    str(tmp_path / "out")),
+                       nprocs=2, start_method="spawn")
+    zero, one = (torch.load(tmp_path / f"out.{r}") for r in (0, 1))
+    for key in ("start", "end"):
+        for a, b in zip(zero[key], one[key]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for step_a, step_b in zip(zero["grads"], one["grads"]):
+        for a, b in zip(step_a, step_b):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert any(not torch.equal(a, b) for a, b in zip(zero["start"], zero["end"]))

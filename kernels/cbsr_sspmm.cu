@@ -19,46 +19,42 @@ cbsr_sspmm(EDGE_GROUP_ARGS, const long long* __restrict__ group_end,
            const float* __restrict__ edge_val, const float* __restrict__ dy,
            const idx_t* __restrict__ xi, float* __restrict__ dx, long long num_groups, int k,
            int d) {
-    const LanePlace p;
-    float* smem = warp_smem(p.warp, (1 + P_PREFETCH) * d);
-
-    for_each_group_staged(num_groups, p, smem, dy, group_row, d, [&](long long g,
-                                                                     const float* buf) {
+    for_each_staged_group(num_groups, dy, group_row, d, [&](const LanePlace& p, long long g,
+                                                             const float* buf) {
         const long long e0 = group_start[g], e1 = group_end[g];
         for_each_edge_batch<true>(col_idx, edge_val, e0, e1, p,
                                   [&](const int (&cc)[P_U], const float (&aa)[P_U],
                                       const bool (&ok)[P_U], const int (&)[P_U], long long) {
+            // each (edge slot u, step t) with an entry: its first column j of X's row
+            auto each_entry = [&](auto on_entry) {
+#pragma unroll
+                for (int u = 0; u < P_U; ++u) {
+#pragma unroll
+                    for (int t = 0; t < P_T; ++t) {
+                        const int j = (p.sl + t * P_L) * P_QV;
+                        on_entry(u, t, j, ok[u] && j < k);
+                    }
+                }
+            };
             int ix[P_U][P_T][P_QV];
+            each_entry([&](int u, int t, int j, bool valid) {  // all indices, then the adds
+                if (valid) {
+                    load_indices(xi + (long long)cc[u] * k + j, ix[u][t]);
+                } else {
 #pragma unroll
-            for (int u = 0; u < P_U; ++u) {
-#pragma unroll
-                for (int t = 0; t < P_T; ++t) {
-                    const int j = (p.sl + t * P_L) * P_QV;
-                    if (ok[u] && j < k) {
-                        load_indices(xi + (long long)cc[u] * k + j, ix[u][t]);
-                    } else {
-#pragma unroll
-                        for (int q = 0; q < P_QV; ++q) ix[u][t][q] = 0;
-                    }
+                    for (int q = 0; q < P_QV; ++q) ix[u][t][q] = 0;
                 }
-            }
-#pragma unroll
-            for (int u = 0; u < P_U; ++u) {
-#pragma unroll
-                for (int t = 0; t < P_T; ++t) {
-                    const int j = (p.sl + t * P_L) * P_QV;
-                    if (ok[u] && j < k) {
-                        float* dst = dx + (long long)cc[u] * k + j;
+            });
+            each_entry([&](int u, int t, int j, bool valid) {
+                if (!valid) return;
+                float* dst = dx + (long long)cc[u] * k + j;
 #if P_QV == 4
-                        red_add_v4(dst, make_float4(
-                            aa[u] * buf[ix[u][t][0]], aa[u] * buf[ix[u][t][1]],
-                            aa[u] * buf[ix[u][t][2]], aa[u] * buf[ix[u][t][3]]));
+                red_add_v4(dst, make_float4(aa[u] * buf[ix[u][t][0]], aa[u] * buf[ix[u][t][1]],
+                                            aa[u] * buf[ix[u][t][2]], aa[u] * buf[ix[u][t][3]]));
 #else
-                        atomicAdd(dst, aa[u] * buf[ix[u][t][0]]);
+                atomicAdd(dst, aa[u] * buf[ix[u][t][0]]);
 #endif
-                    }
-                }
-            }
+            });
         });
     });
 }

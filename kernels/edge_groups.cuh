@@ -222,6 +222,19 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
 #endif
 }
 
+// on_group(p, g, row): for_each_group_staged with this lane's place p and the warp's share of
+// the block's dynamic shared memory ((1 + P_PREFETCH) d floats), the entry of the kernels
+// that walk the groups with their destination row of `rows` staged.
+template <class OnGroup>
+__device__ __forceinline__ void for_each_staged_group(long long num_groups, const float* rows,
+                                                      const int* __restrict__ group_row, int d,
+                                                      OnGroup on_group) {
+    const LanePlace p;
+    float* smem = warp_smem(p.warp, (1 + P_PREFETCH) * d);
+    for_each_group_staged(num_groups, p, smem, rows, group_row, d,
+                          [&](long long g, const float* row) { on_group(p, g, row); });
+}
+
 // One batch of edges for a sub-group: P_U edges (slot u: column col[u], edge value val[u],
 // position le[u] in the current block of 32 edges starting at CSR entry eb; ok[u] false past
 // the group's end). kValues: whether the edge values are loaded (val[] is 0 otherwise).

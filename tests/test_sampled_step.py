@@ -7,6 +7,8 @@ eager one does, replays new batches, and still raises on NaN before the optimize
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -70,6 +72,8 @@ def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones():
             assert int(padding_out.max()) <= fanouts[layer]
             assert int(padding_out.sum()) == plan.num_edges - edges
         assert torch.equal(batch.features[:len(x)], x) and torch.equal(batch.labels, y)
+        assert not batch.features[len(x):].any()  # nothing of an earlier batch
+        batch.features[-1] = float("nan")  # as an earlier, larger batch's row: cleared next
         blocks, x, y = _batch(_graph(n), fanouts, batch_size)
 
 
@@ -132,6 +136,33 @@ def test_sampled_step_off_the_gpu_is_train_step(monkeypatch):
         loss = run(blocks, x, y)
         assert calls[-1] is blocks and loss.dim() == 0
     assert run.batch is None and run.replays == 0
+
+
+def test_gradient_buffers_follow_the_trained_parameters():
+    """Each trained parameter's gradient is a view of a flat buffer; freezing one makes the
+    buffers again without it, and leaves its gradient None (as zero_grad would), so that the
+    optimizer leaves it alone."""
+    model = build_model("sage", 6, 8, 3, 2, k=3, dropout=0.0)
+    run = SampledStep(model, torch.optim.Adam(model.parameters()), [3, 2], 10, 150)
+    run._bind_grads()
+    (flat,) = run._grads[1]
+    assert all(p.grad.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+               for p in model.parameters())
+    model.lin_out.weight.requires_grad_(False)
+    run._bind_grads()
+    assert model.lin_out.weight.grad is None
+    (smaller,) = run._grads[1]
+    assert smaller.numel() == flat.numel() - model.lin_out.weight.numel()
+    run._bind_grads()
+    assert run._grads[1][0] is smaller  # unchanged parameters: the same buffers
+
+
+def test_layers_that_refuse_zero_in_degree_rows_are_not_padded():
+    from dgl_maxk.nn import GraphConv
+    for allow, graphed in ((False, False), (True, True)):
+        model = torch.nn.Sequential(GraphConv(4, 4, allow_zero_in_degree=allow))
+        run = SampledStep(model, torch.optim.SGD(model.parameters(), lr=0.1), [3], 10, 150)
+        assert run.graphed is graphed
 
 
 # --------------------------------------------------------------------------- on a GPU
@@ -233,12 +264,16 @@ def _data_parallel_worker(rank, store_path, out_path):
         run = SampledStep(model, opt, [3, 2], 10, 150)
         start = [p.detach().clone() for p in model.parameters()]
         graph = _graph(150)  # each process its own batches
-        grads = []
+        grads, own = [], []
         for _ in range(2):
-            run(*_batch(graph, [3, 2], 10))
+            batch = _batch(graph, [3, 2], 10)
+            alone = copy.deepcopy(model)  # this process's gradient, on its own
+            step_module._forward_backward(alone, *batch, None, False, 0.0, "fp32")
+            own.append([p.grad for p in alone.parameters()])
+            run(*batch)
             grads.append([p.grad.clone() for p in model.parameters()])
         torch.save({"start": start, "end": [p.detach() for p in model.parameters()],
-                    "grads": grads}, f"{out_path}.{rank}")
+                    "grads": grads, "own": own}, f"{out_path}.{rank}")
     finally:
         dist.destroy_process_group()
 
@@ -254,7 +289,9 @@ def test_data_parallel_steps_keep_the_processes_in_step(tmp_path):
     for key in ("start", "end"):
         for a, b in zip(zero[key], one[key]):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
-    for step_a, step_b in zip(zero["grads"], one["grads"]):
-        for a, b in zip(step_a, step_b):
+    for step_a, step_b, own_a, own_b in zip(zero["grads"], one["grads"], zero["own"],
+                                            one["own"]):
+        for a, b, mine, theirs in zip(step_a, step_b, own_a, own_b):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+            torch.testing.assert_close(a, (mine + theirs) / 2, rtol=1e-12, atol=1e-12)
     assert any(not torch.equal(a, b) for a, b in zip(zero["start"], zero["end"]))

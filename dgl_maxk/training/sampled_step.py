@@ -91,6 +91,7 @@ class PaddedBatch:
         for layer, block in enumerate(blocks):
             self._load_layer(layer, block.plan.indptr, block.plan.indices, block.num_edges())
         self.features[:features.shape[0]].copy_(features)
+        self.features[features.shape[0]:].zero_()  # no earlier batch's rows (nor their NaN)
         self.labels.copy_(labels)
 
     def _load_layer(self, layer, indptr, indices, num_edges):
@@ -131,8 +132,10 @@ class SampledStep:
     eagerly (kernels and lazy state are made), the second is probed and captured as in
     :class:`~dgl_maxk.training.step.FullGraphStep`, later calls replay. Each call reads the
     NaN scans (one synchronisation) before the optimizer's step. DGL's blocks, fan-outs of
-    -1, steps off the GPU, with ``cuda_graph=False``, or that read a tensor on the host
-    (warned once, then every step) run :func:`train_step`. Padded steps draw their dropout
+    -1, models with a layer that refuses rows without in-edges
+    (``allow_zero_in_degree=False``: padding rows have none), steps off the GPU, with
+    ``cuda_graph=False``, or that read a tensor on the host (warned once, then every step)
+    run :func:`train_step`. Padded steps draw their dropout
     masks over the padded rows: they give other random numbers than unpadded ones, the same
     ones replayed or not.
 
@@ -159,13 +162,17 @@ class SampledStep:
             for tensor in model.state_dict().values():
                 torch.distributed.broadcast(tensor, 0)
         self.sizes = (list(fanouts), int(batch_size), int(num_nodes))
-        self.graphed = cuda_graph and all(f > 0 for f in fanouts)
+        # padding rows have no in-edges: a layer that refuses those would refuse every padded
+        # block (and its check reads the graph on the host)
+        self.graphed = (cuda_graph and all(f > 0 for f in fanouts) and not any(
+            getattr(m, "_allow_zero_in_degree", True) is False for m in model.modules()))
         self.batch = None  # the PaddedBatch, made at the first batch that can use it
         self.replays = 0
         self._warm = False  # whether a padded step ran eagerly since the last capture
         self._replay = None  # (CUDA graph, loss, recorded NaN scans)
         self._captured_for = None
         self._grads = None  # (parameter, its gradient's view of a flat buffer), flat buffers
+        self._grads_for = None  # the trained parameters the buffers were made for
 
     def __call__(self, blocks, features, labels) -> torch.Tensor:
         if self.graphed and features.is_cuda and self._fits(blocks, features, labels):
@@ -178,7 +185,7 @@ class SampledStep:
     def _graphed_step(self):
         if (self._replay is not None
                 and trained_parameters(self.model, self.optimizer) != self._captured_for):
-            self._replay, self._grads, self._warm = None, None, False
+            self._replay, self._warm = None, False  # capture again (new buffers too)
         if self._replay is not None:
             return self._replayed()
         if not self._warm:
@@ -201,9 +208,15 @@ class SampledStep:
         return self.batch.fits(blocks, features, labels)
 
     def _bind_grads(self):
-        """Point each trained parameter's gradient at its slice of a flat buffer (made once
-        per capture), which the backward adds into in place."""
-        if self._grads is None:
+        """Point each trained parameter's gradient at its slice of a flat buffer, which the
+        backward adds into in place. The buffers are made again when the trained parameters
+        change; the others' gradients are then None, as after ``zero_grad``."""
+        trained = trained_parameters(self.model, self.optimizer)
+        if self._grads is None or self._grads_for != trained:
+            self.optimizer.zero_grad(set_to_none=True)
+            for p in self.model.parameters():
+                p.grad = None
+            self._grads_for = trained
             params = [p for p in self.model.parameters() if p.requires_grad]
             flats = {}
             for p in params:
@@ -253,8 +266,8 @@ class SampledStep:
         self._bind_grads()
         loss, capturable = probe(self.batch.features.device, self._padded)
         self._finish()
-        if not capturable:  # this step ran eagerly, as the next ones will
-            self.graphed = False
+        if not capturable:  # False: this step ran eagerly, as the next ones will
+            self.graphed = capturable is None
             return loss
         # capture records the kernels without running them: the gradients stay this step's
         self._replay = capture(lambda: self._padded(autocast_cache=False))

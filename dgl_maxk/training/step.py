@@ -160,7 +160,7 @@ class FullGraphStep:
         self.optimizer.step()
         if capturable:
             self._capture()
-        else:  # this step ran eagerly, as the next ones will
+        elif capturable is False:  # this step ran eagerly, as the next ones will
             self.graphed = False
         return loss
 
@@ -190,8 +190,9 @@ def trained_parameters(model, optimizer):
 def probe(device, step):
     """Run ``step()`` (a forward and backward) once on a side stream, as capture would,
     watching for torch's calls that wait for the GPU; its deferred NaN checks are read after.
-    Returns (its loss, whether it can be captured): a step that synchronised ran eagerly to
-    its end, and a warning says why it cannot be captured."""
+    Returns (its loss, whether it can be captured). A step that synchronised ran eagerly to
+    its end: False, and a warning says why. None: the watch was disturbed (another thread
+    reset the warning filters meanwhile), so probe again at another step."""
     current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
     side.wait_stream(current)
     found = []
@@ -199,10 +200,12 @@ def probe(device, step):
         with deferred_checks(), _synchronisations_recorded(found):
             loss = step()
     current.wait_stream(side)
-    if found:
+    reads = [message for message in found if message is not None]
+    if reads:
         warnings.warn(f"the training step reads a tensor on the host, so it cannot be "
-                      f"captured in a CUDA graph; it runs eagerly ({found[0]})", RuntimeWarning)
-    return loss, not found
+                      f"captured in a CUDA graph; it runs eagerly ({reads[0]})", RuntimeWarning)
+        return loss, False
+    return loss, None if found else True
 
 
 def capture(step):
@@ -245,6 +248,11 @@ def _synchronisations_recorded(found: list):
             yield
         finally:
             torch.cuda.set_sync_debug_mode(previous)
+            # another thread's catch_warnings may have put the hook back meanwhile
+            if warnings.showwarning is not record or not any(
+                    f[0] == "always" and f[1] is not None and "synchronizing" in f[1].pattern
+                    for f in warnings.filters):
+                found.append(None)
 
 
 def _capturable(model, features) -> bool:

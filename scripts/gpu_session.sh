@@ -19,7 +19,7 @@ case $phase in
     # timeout still leaves what ran
     python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py tests/test_edge_cases.py \
       tests/test_ops.py tests/test_layers.py tests/test_errors.py tests/test_models.py \
-      tests/test_device_sampling.py \
+      tests/test_device_sampling.py tests/test_train.py tests/test_sampled_step.py \
       > "$out/tests.txt" 2>&1
     tail -n 15 "$out/tests.txt"
     # the same quickstart through the kernels and through the pure-torch path
@@ -57,8 +57,9 @@ case $phase in
       --device cuda --seeds 1 --set train.epochs=10 --out /tmp/qs-ddp --no-progress --quiet \
       >> "$out/minibatch.log" 2>&1
     tail -n 4 "$out/minibatch.log"
+    # the trainer's default step (eager, DDP) and the opt-in CUDA-graph step side by side
     python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --precision "${PRECISION:-tf32}" \
-      --out "$out" 2>&1 \
+      --cuda-graph off on --out "$out" 2>&1 \
       | grep -v -i warn | tee -a "$out/minibatch.log"
     ;;
   *) echo "unknown phase $phase"; exit 2 ;;

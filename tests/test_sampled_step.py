@@ -295,3 +295,18 @@ def test_data_parallel_steps_keep_the_processes_in_step(tmp_path):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
             torch.testing.assert_close(a, (mine + theirs) / 2, rtol=1e-12, atol=1e-12)
     assert any(not torch.equal(a, b) for a, b in zip(zero["start"], zero["end"]))
+
+
+@needs_kernels
+def test_freezing_a_parameter_between_replays_captures_again_without_it():
+    graph = _graph(500)
+    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(8)]
+    losses, _, run = _train(True, batches[:4], optimizer=torch.optim.Adam)
+    assert run.replays == 2
+    frozen = run.model.lin_out.weight
+    frozen.requires_grad_(False)
+    before = frozen.detach().clone()
+    for batch in batches[4:]:  # an eager padded step, a capture, two replays
+        run(*batch)
+    assert run.replays == 4 and frozen.grad is None
+    torch.testing.assert_close(frozen.detach(), before, rtol=0, atol=0)

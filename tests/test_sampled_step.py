@@ -268,6 +268,7 @@ def _data_parallel_worker(rank, store_path, out_path):
         for _ in range(2):
             batch = _batch(graph, [3, 2], 10)
             alone = copy.deepcopy(model)  # this process's gradient, on its own
+            alone.zero_grad(set_to_none=True)
             step_module._forward_backward(alone, *batch, None, False, 0.0, "fp32")
             own.append([p.grad for p in alone.parameters()])
             run(*batch)

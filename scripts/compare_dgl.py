@@ -455,7 +455,8 @@ def markdown_table(results, precision):
         frac = f"{r['fraction_of_limit']:.0%}" if "fraction_of_limit" in r else ""
         launch = "CUDA graph" if r.get("cuda_graph") else "eager"
         lines.append(f"| {r['graph']} | {r['model']} | {r['variant']} | {r['device']} | "
-                     f"{launch} | {r['epoch_ms']:.1f} | {peak} | {speed} | {r['amdahl_limit']:.2f}x | {frac} |")
+                     f"{launch} | {r['epoch_ms']:.1f} | {peak} | {speed} | "
+                     f"{r['amdahl_limit']:.2f}x | {frac} |")
     return "\n".join(lines)
 
 

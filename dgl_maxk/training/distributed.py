@@ -1,9 +1,9 @@
 """The device and the process group: one process, or data-parallel under torchrun.
 
 Under ``torchrun`` (``WORLD_SIZE`` > 1) each process trains on its share of the seed nodes,
-gradients are averaged (NCCL on GPUs, gloo on CPUs) by DistributedDataParallel in
-full-graph training and by :class:`~dgl_maxk.training.sampled_step.SampledStep` in
-mini-batch training, and
+gradients are averaged (NCCL on GPUs, gloo on CPUs) by DistributedDataParallel, or, for
+mini-batch steps replayed from a CUDA graph (``sampling.cuda_graph``), by
+:class:`~dgl_maxk.training.sampled_step.SampledStep` itself, and
 :func:`all_reduce_mean` averages the numbers each process measures. On one process every
 helper here is the identity.
 """

@@ -9,10 +9,10 @@ them.
 
 Padding keeps each block a valid CSR within the sampler's degree bound, both ways. The
 real destination rows come first with their edges; padding rows after them take the
-remaining edge slots, at most a fan-out each, from padding source rows at the end, at most
-a fan-out edges each (a transposed CSR has no long row either). Real rows read only real
-rows, and the loss is taken over the real seeds, so the real rows compute what they would
-unpadded, and the padding rows add nothing to the gradients.
+remaining edge slots, at most a fan-out each, from padding source rows at the end, each the
+source of at most a fan-out of them (the transposed CSR has no long row either). Real rows
+read only real rows, and the loss is taken over the real seeds, so the real rows compute
+what they would unpadded, and the padding rows add nothing to the gradients.
 """
 from __future__ import annotations
 
@@ -39,11 +39,10 @@ class PaddedBatch:
     Layer l holds ``dst_cap[l]`` destination rows (twice the most a batch can have: the
     other half holds padding edges), ``edge_cap[l]`` edges and ``src_cap[l]`` source rows
     (the last ``dst_bound[l]`` for padding edges); the features have ``src_cap[0]`` rows and
-    the labels
-    ``batch_size``. :meth:`fits` says whether a batch can be copied in, :meth:`load` copies
-    it (a few small kernels per layer, no host synchronisation), :meth:`blocks` makes the
-    blocks over the fixed tensors (inside a capture, so that their plans are rebuilt at
-    every replay).
+    the labels ``batch_size``. :meth:`fits` says whether a batch can be copied in,
+    :meth:`load` copies it (a few small kernels per layer, no host synchronisation),
+    :meth:`blocks` makes the blocks over the fixed tensors (inside a capture, so that their
+    plans are rebuilt at every replay).
     """
 
     def __init__(self, fanouts, batch_size, num_nodes, features, labels):
@@ -170,7 +169,6 @@ class SampledStep:
         self.replays = 0
         self._warm = False  # whether a padded step ran eagerly since the last capture
         self._replay = None  # (CUDA graph, loss, recorded NaN scans)
-        self._captured_for = None
         self._grads = None  # (parameter, its gradient's view of a flat buffer), flat buffers
         self._grads_for = None  # the trained parameters the buffers were made for
 
@@ -183,9 +181,8 @@ class SampledStep:
         return train_step(self.model, blocks, features, labels, self.optimizer, **self.options)
 
     def _graphed_step(self):
-        if (self._replay is not None
-                and trained_parameters(self.model, self.optimizer) != self._captured_for):
-            self._replay, self._warm = None, False  # capture again (new buffers too)
+        self.model.train()
+        self._bind_grads()  # new buffers (other trained parameters) drop the capture
         if self._replay is not None:
             return self._replayed()
         if not self._warm:
@@ -210,9 +207,11 @@ class SampledStep:
     def _bind_grads(self):
         """Point each trained parameter's gradient at its slice of a flat buffer, which the
         backward adds into in place. The buffers are made again when the trained parameters
-        change; the others' gradients are then None, as after ``zero_grad``."""
+        change (and a capture writing the old ones is dropped); the others' gradients are
+        then None, as after ``zero_grad``."""
         trained = trained_parameters(self.model, self.optimizer)
         if self._grads is None or self._grads_for != trained:
+            self._replay, self._warm = None, False
             self.optimizer.zero_grad(set_to_none=True)
             for p in self.model.parameters():
                 p.grad = None
@@ -262,8 +261,6 @@ class SampledStep:
         return loss
 
     def _probe_and_capture(self):
-        self.model.train()
-        self._bind_grads()
         loss, capturable = probe(self.batch.features.device, self._padded)
         self._finish()
         if not capturable:  # False: this step ran eagerly, as the next ones will
@@ -271,13 +268,10 @@ class SampledStep:
             return loss
         # capture records the kernels without running them: the gradients stay this step's
         self._replay = capture(lambda: self._padded(autocast_cache=False))
-        self._captured_for = trained_parameters(self.model, self.optimizer)
         return loss
 
     def _replayed(self):
         cuda_graph, loss, pending = self._replay
-        self.model.train()
-        self._bind_grads()
         cuda_graph.replay()
         raise_recorded_checks(pending)
         self._finish()

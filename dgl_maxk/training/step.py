@@ -90,8 +90,8 @@ class FullGraphStep:
     On a GPU the forward and backward (input dropout and loss included) are captured in a
     CUDA graph and replayed: one launch for the step's few hundred kernels, without the
     host's gaps between them. The first call is :func:`train_step` (plans, kernels and lazy
-    state are made); the second runs its step on a side stream, as capture needs, with
-    torch's synchronising calls turned into errors, then captures; later calls replay. Each
+    state are made); the second runs its step on a side stream, as capture needs, watching
+    for torch's synchronising calls (:func:`probe`), then captures; later calls replay. Each
     call then reads the NaN scans the replay refreshed (one synchronisation) and runs the
     optimizer's step, in :func:`train_step`'s order, so bad input still raises before the
     weights change.
@@ -220,7 +220,7 @@ def capture(step):
     except Exception as err:  # torch's CUDA generator and allocator stay in capture state
         raise RuntimeError(
             "the training step could not be captured in a CUDA graph; train without capture "
-            "(train.cuda_graph: false, or cuda_graph=False)") from err
+            "(train.cuda_graph / sampling.cuda_graph: false, or cuda_graph=False)") from err
     return cuda_graph, loss, pending
 
 

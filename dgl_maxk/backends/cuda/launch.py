@@ -30,8 +30,8 @@ DEFAULTS = {
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
-_OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc", "banked",
-                            "banked_max_bytes"},
+_OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc",
+                            "banked", "banked_max_bytes"},
             "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "max_slices", "slices",
                            "prefetch"},
             "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},

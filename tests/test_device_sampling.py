@@ -25,6 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -36,6 +37,7 @@ from dgl_maxk.backends import cuda as cuda_backend
 from dgl_maxk.models import build_model
 from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
 from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
+from dgl_maxk.sampling import loader as loader_module
 from dgl_maxk.sampling.sampler import sample_block
 from dgl_maxk.sparse import GraphPlan, SampledBlock, graph_plan
 from dgl_maxk.training import runner, sampling, step
@@ -702,6 +704,38 @@ def test_prefetch_does_not_change_the_batches():
         check_sample((input_nodes, output_nodes, blocks), neighbours, output_nodes, [4, 3])
 
 
+def tensors_reachable(batch):
+    """Every tensor a batch holds, found by walking its objects' attributes."""
+    found, stack, seen = [], [batch], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+        elif hasattr(x, "__dict__"):
+            stack.extend(vars(x).values())
+    return found
+
+
+def test_the_consumer_keeps_every_tensor_of_a_fresh_batch_alive():
+    """On GPUs ``_prefetched`` marks each tensor of a batch used on the step's stream; one it
+    missed (made on the sampler's stream) could be reused by the sampler while the step
+    still reads it."""
+    g, seeds = mixed_graph(150)
+    graph = DeviceGraph.from_dgl(g, "cpu")
+    assert graph.edge_ids is not None
+    batch = next(iter(NeighborLoader(graph, seeds, NeighborSampler([4, 3]), 20, prefetch=0)))
+    marked = {id(t) for t in loader_module._tensors(batch)}
+    missed = [tuple(t.shape) for t in tensors_reachable(batch) if id(t) not in marked]
+    assert not missed
+
+
 def test_each_pass_samples_the_same_whenever_it_is_started():
     """A pass's batches depend only on the seed, the rank and the pass number (the
     docstring's "not on prefetch or timing"): starting a second pass before consuming the
@@ -830,6 +864,28 @@ def test_train_epoch_over_the_device_loader_reduces_the_loss():
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
 
 
+@pytest.mark.parametrize("max_steps", [None, 1])
+def test_train_epoch_stops_the_sampler_thread_when_it_ends_or_fails(max_steps):
+    """Also while the failed step's traceback (which holds the epoch's frame) is kept, as a
+    notebook keeps the last one."""
+    before = sampler_threads()
+    loader, _, _ = make_loader(num_nodes=400, batch_size=4, prefetch=2)
+    x, y = torch.randn(400, 4), torch.zeros(400, dtype=torch.long)
+
+    def failing_step(blocks, x_batch, y_batch):
+        assert sampler_threads() - before, "no producer thread while iterating"
+        if max_steps is None:
+            raise ValueError("NaN in the step")
+        return torch.zeros(())
+    try:
+        sampling.train_epoch(failing_step, loader, x, y, torch.device("cpu"), max_steps)
+        kept = None
+    except ValueError as err:
+        kept = err.__traceback__
+    assert (kept is None) == (max_steps == 1)
+    assert not sampler_threads() - before
+
+
 def test_epoch_loader_builds_the_configured_sampler_seeded_by_run_and_epoch(planted):
     train_idx = planted.train_mask.nonzero().squeeze(1)
     graph = DeviceGraph.from_dgl(planted.graph, "cpu")
@@ -846,6 +902,29 @@ def test_epoch_loader_builds_the_configured_sampler_seeded_by_run_and_epoch(plan
     assert_same_batches(list(loader), list(epoch(3)))
     assert batches_differ(list(epoch(3)), list(epoch(4)))
     assert not isinstance(epoch(3, "dgl"), NeighborLoader)
+
+
+def test_dgl_epoch_loader_depends_on_run_and_epoch_only(planted):
+    """DGL's loader shuffles with NumPy's global generator: draws made elsewhere between two
+    epochs (or a different history on another process) must not change an epoch's batches."""
+    train_idx = planted.train_mask.nonzero().squeeze(1)
+    section = {**small_config(**{"mode": "minibatch", "sampling.fanouts": [3, 3],
+                                 "sampling.batch_size": 32})["sampling"], "sampler": "dgl"}
+    run_seed = int(torch.randint(1000, ()))
+
+    def batches(e):
+        loader = sampling.epoch_loader(planted.graph, train_idx, section, run_seed, e)
+        return [(i.clone(), o.clone(), [b.edges() for b in blocks]) for i, o, blocks in loader]
+    first = batches(2)
+    np.random.rand(int(torch.randint(1, 50, ())))
+    torch.rand(3)
+    again = batches(2)
+    assert len(first) == len(again)
+    for (i, o, edges), (i2, o2, edges2) in zip(first, again):
+        assert torch.equal(i, i2) and torch.equal(o, o2)
+        assert all(torch.equal(a, b) for e, e2 in zip(edges, edges2) for a, b in zip(e, e2))
+    assert not torch.equal(torch.cat([o for _, o, _ in batches(3)]),
+                           torch.cat([o for _, o, _ in first]))
 
 
 @pytest.mark.parametrize("sampler", ["device", "dgl"])

@@ -107,6 +107,8 @@ def _tensors(batch):
     for block in blocks:
         plan = block.plan
         yield from (block.src_nodes, plan.indptr, plan.indices, plan.in_degrees)
+        if block.edge_ids is not None:
+            yield block.edge_ids
 
 
 def _prefetched(batches, depth, device):

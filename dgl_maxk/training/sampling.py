@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import warnings
 
+import numpy as np
 import torch
 
 from .._dgl import dgl
@@ -23,8 +24,8 @@ SAMPLERS = ("device", "dgl")
 
 def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
     """A DGL DataLoader of (input_nodes, output_nodes, blocks) over ``seeds``, sampling the
-    given fan-out per layer (-1 takes all neighbours). Shuffled; reproducible from ``seed``
-    through torch's global generator, which the caller seeds."""
+    given fan-out per layer (-1 takes all neighbours). Shuffled by DGL with NumPy's global
+    generator (under DDP every process must draw the same order), which the caller seeds."""
     sampler = dgl.dataloading.NeighborSampler(list(fanouts))
     return dgl.dataloading.DataLoader(graph, seeds, sampler, batch_size=batch_size,
                                       shuffle=True, drop_last=False, use_ddp=use_ddp,
@@ -46,9 +47,10 @@ def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
     (``device_graph``: the graph's :class:`~dgl_maxk.sampling.DeviceGraph`, for 'device').
 
     Both samplers are seeded from (run seed, epoch), so a resumed run samples what an
-    uninterrupted one does: DGL's loader shuffles its seed order in place, so a long-lived
-    one would make each epoch's order depend on all earlier ones, and DGL's sampler has its
-    own generator, which checkpoints cannot hold.
+    uninterrupted one does, and every process of a data-parallel run shuffles alike: DGL's
+    loader shuffles its seed order in place with NumPy's global generator, so a long-lived
+    one would make each epoch's order depend on all earlier ones (and on whatever else drew
+    from NumPy), and DGL's sampler has its own generator, which checkpoints cannot hold.
     """
     epoch_seed = run_seed * 100_003 + epoch
     fanouts, batch_size = sampling["fanouts"], sampling["batch_size"]
@@ -56,6 +58,7 @@ def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
         return device_loader(device_graph, seeds, fanouts, batch_size, epoch_seed,
                              sampling["prefetch"])
     dgl.seed(epoch_seed % 2 ** 31)  # DGL's seed is an int32; seeds that fit are unchanged
+    np.random.seed(epoch_seed % 2 ** 32)
     return make_loader(graph, seeds, fanouts, batch_size, epoch_seed,
                        use_ddp=world_size() > 1)
 
@@ -81,27 +84,31 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
              "compute_s": 0.0}
     loss_sum = torch.zeros((), device=device)
     iterator = _iterate(loader)
-    while max_steps is None or stats["steps"] < max_steps:
-        t0 = time.perf_counter()
-        try:
-            input_nodes, output_nodes, blocks = next(iterator)
-        except StopIteration:
-            break
-        t1 = time.perf_counter()
-        x = features[input_nodes.to(features.device)].to(device, non_blocking=True)
-        y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
-        if timed:
-            synchronize(device)
-        t2 = time.perf_counter()
-        loss = step(blocks, x, y)
-        loss_sum += loss * len(output_nodes)
-        if timed:
-            synchronize(device)
-        t3 = time.perf_counter()
-        stats["sample_s"] += t1 - t0
-        stats["copy_s"] += t2 - t1
-        stats["compute_s"] += t3 - t2
-        stats["seeds"] += len(output_nodes)
-        stats["steps"] += 1
+    try:
+        while max_steps is None or stats["steps"] < max_steps:
+            t0 = time.perf_counter()
+            try:
+                input_nodes, output_nodes, blocks = next(iterator)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            x = features[input_nodes.to(features.device)].to(device, non_blocking=True)
+            y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
+            if timed:
+                synchronize(device)
+            t2 = time.perf_counter()
+            loss = step(blocks, x, y)
+            loss_sum += loss * len(output_nodes)
+            if timed:
+                synchronize(device)
+            t3 = time.perf_counter()
+            stats["sample_s"] += t1 - t0
+            stats["copy_s"] += t2 - t1
+            stats["compute_s"] += t3 - t2
+            stats["seeds"] += len(output_nodes)
+            stats["steps"] += 1
+    finally:  # a failed step must not leave the sampler thread holding batches
+        if hasattr(iterator, "close"):
+            iterator.close()
     stats["loss"] = float(loss_sum) / max(1, stats["seeds"])
     return stats

@@ -62,24 +62,34 @@ def test_train_epoch_reduces_the_loss(h):
     assert last["loss"] < 0.7 * first["loss"], (first["loss"], last["loss"])
 
 
-def _train(tmp_path, launcher, name):
-    out = tmp_path / name
+def _cli(launcher, *args, returncode=0):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, *launcher, "-m", "dgl_maxk", "train", "--config",
-           "configs/quickstart_minibatch.yaml", "--device", "cpu", "--seeds", "1",
-           "--set", "train.epochs=3", "--out", str(out), "--no-progress"]
+    cmd = [sys.executable, *launcher, "-m", "dgl_maxk", "train", *map(str, args)]
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
                        stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert returncode is None or r.returncode == returncode, r.stdout[-2000:] + r.stderr[-3000:]
+    return r
+
+
+def _results(out):
     (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
-    return r.stdout, json.loads((run_dir / "results.json").read_text()), run_dir
+    return json.loads((run_dir / "results.json").read_text()), run_dir
+
+
+def _train(tmp_path, launcher, name):
+    out = tmp_path / name
+    r = _cli(launcher, "--config", "configs/quickstart_minibatch.yaml", "--device", "cpu",
+             "--seeds", "1", "--set", "train.epochs=3", "--out", out, "--no-progress")
+    return (r.stdout, *_results(out))
+
+
+TWO_PROCESSES = ["-m", "torch.distributed.run", "--nproc_per_node=2"]
 
 
 def test_two_process_gloo_training_gives_the_same_result_format(tmp_path):
     one_out, one, _ = _train(tmp_path, [], "one")
-    two_out, two, run_dir = _train(tmp_path, ["-m", "torch.distributed.run",
-                                              "--nproc_per_node=2"], "two")
+    two_out, two, run_dir = _train(tmp_path, TWO_PROCESSES, "two")
     assert one["processes"] == 1 and two["processes"] == 2
     assert set(two) == set(one)
     for variant in ("maxk", "relu"):
@@ -92,3 +102,23 @@ def test_two_process_gloo_training_gives_the_same_result_format(tmp_path):
     assert (run_dir / "maxk" / "seed0" / "result.json").is_file()
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "log.txt", "maxk",
                                                         "relu", "results.json"]
+
+
+def test_two_process_run_resumes_to_the_uninterrupted_result(tmp_path):
+    """Each process draws its own dropout masks (its blocks differ in size), so each must
+    resume from its own random state, not process 0's."""
+    args = ["--config", "configs/quickstart_minibatch.yaml", "--device", "cpu", "--seeds", "1",
+            "--set", "train.epochs=3", "dataset.params.num_nodes=400", "--no-progress"]
+    _cli(TWO_PROCESSES, *args, "--out", tmp_path / "whole")
+    whole, _ = _results(tmp_path / "whole")
+    # each process exits 4 (stopped, resumable), which torchrun reports as its own failure
+    r = _cli(TWO_PROCESSES, *args, "--out", tmp_path / "cut", "--stop-after-epochs", "2",
+             returncode=None)
+    cut, run_dir = _results(tmp_path / "cut")
+    assert not cut["complete"] and f"--resume {run_dir}" in r.stderr, r.stderr[-3000:]
+    r = _cli(TWO_PROCESSES, "--resume", run_dir, "--no-progress")
+    assert "resuming from epoch 2" in r.stdout
+    resumed, _ = _results(tmp_path / "cut")
+    for variant in ("maxk", "relu"):
+        a, b = (res["variants"][variant]["seeds"][0] for res in (resumed, whole))
+        assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]], variant

@@ -126,6 +126,17 @@ def test_resume_may_change_how_the_step_is_launched(planted, tmp_path):
     assert [r["loss"] for r in resumed["history"]] == [r["loss"] for r in straight["history"]]
 
 
+def test_each_process_resumes_from_its_own_random_state(caplog):
+    states = [{"process": i} for i in range(3)]
+    assert [C.own_rng_state(states, r, 3) for r in range(3)] == states
+    assert not caplog.records
+    old = {"process": "every"}  # a checkpoint from before the per-process list
+    assert C.own_rng_state(old, 2, 3) is old
+    with caplog.at_level("WARNING"):
+        assert C.own_rng_state(states, 3, 4) == states[0]
+    assert "written by 3 processes and is resumed by 4" in caplog.text
+
+
 def test_finished_run_is_not_rerun(planted, tmp_path):
     cfg = small_config()
     first = _run(cfg, planted, tmp_path)

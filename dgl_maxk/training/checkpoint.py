@@ -187,6 +187,18 @@ def rng_state(device) -> dict:
     return state
 
 
+def own_rng_state(saved, rank: int, world: int) -> dict:
+    """This process's random state from a checkpoint's ``rng``: one per process (a list), or
+    one for all (a dict, from checkpoints older than the list)."""
+    if isinstance(saved, dict):
+        return saved
+    if len(saved) != world:
+        LOG.warning(f"the checkpoint was written by {len(saved)} processes and is resumed by "
+                    f"{world}: the run goes on, but will not repeat an uninterrupted one")
+        return saved[rank % len(saved)]
+    return saved[rank]
+
+
 def set_rng_state(state, device):
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])

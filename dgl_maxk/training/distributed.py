@@ -101,6 +101,15 @@ def broadcast_object(obj, src: int = 0):
     return box[0]
 
 
+def all_gather_object(obj) -> list:
+    """``obj`` of every process, in rank order, on every process ([obj] on one process)."""
+    if not is_distributed():
+        return [obj]
+    objects = [None] * dist.get_world_size()
+    dist.all_gather_object(objects, obj)
+    return objects
+
+
 def synchronize(device):
     """Wait for the device's queued work (no-op on the CPU), before reading a host clock."""
     if torch.device(device).type == "cuda":

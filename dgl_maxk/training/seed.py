@@ -14,9 +14,10 @@ from tqdm.auto import tqdm
 
 from ..models import build_model
 from ..sampling import DeviceGraph
-from .checkpoint import (comparable, inspect_seed, move_aside, rng_state, save_checkpoint,
-                         seed_everything, set_rng_state, write_json)
-from .distributed import all_reduce_mean, any_process, data_parallel, rank, synchronize
+from .checkpoint import (comparable, inspect_seed, move_aside, own_rng_state, rng_state,
+                         save_checkpoint, seed_everything, set_rng_state, write_json)
+from .distributed import (all_gather_object, all_reduce_mean, any_process, data_parallel, rank,
+                          synchronize, world_size)
 from .errors import CheckpointError
 from .metrics import evaluate
 from .precision import autocast, precision_scope
@@ -91,17 +92,19 @@ class _SeedRun:
         self.optimizer.load_state_dict(state)
         if self.scheduler is not None:
             self.scheduler.load_state_dict(ckpt["scheduler"])
-        set_rng_state(ckpt["rng"], self.device)
+        set_rng_state(own_rng_state(ckpt["rng"], rank(), world_size()), self.device)
         return ckpt["state"]
 
     def save(self, path: Path, state: dict):
+        # every process's random state: each drew its own dropout masks (its blocks differ)
+        rng = all_gather_object(rng_state(self.device))
         if rank() != 0:  # one writer; every process resumes from the same file
             return
         save_checkpoint(path, {
             "config": comparable(self.cfg), "seed": self.seed,
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "state": state, "rng": rng_state(self.device)})
+            "state": state, "rng": rng})
 
     def train_epoch(self, epoch: int) -> float:
         """One epoch of training; the mean training loss (over processes)."""

@@ -14,7 +14,10 @@ While installed, ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv`` (and the sam
 without an explicit ``k`` gets the installed one (``k=None`` keeps a layer dense; so does a
 layer whose input is at most k wide, where MaxK would keep every entry). Code that
 bound DGL's class to a name before ``install`` (``from dgl.nn import SAGEConv`` at the top of a
-module imported earlier) keeps DGL's class: call ``install`` first.
+module imported earlier) keeps DGL's class: call ``install`` first. So does the module that
+defines each class (``dgl.nn.pytorch.conv.sageconv``): DGL's code there calls
+``super(SAGEConv, self)`` by name, which the replacement, a subclass, would send round in
+circles.
 
 This module owns the install state; the layers of :mod:`dgl_maxk.nn` register themselves
 here as the replacements (:func:`register`) and ask for the installed k

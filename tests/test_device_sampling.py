@@ -819,7 +819,8 @@ def test_sampling_errors_reach_the_consumer(prefetch):
 
 
 @pytest.mark.parametrize("seeds, kwargs, match", [
-    ([1, 2, 2], {}, "without repeats"),
+    ([1, 2, 2], {}, "must not repeat: 1 repeated"),
+    ([1.0, 2.5], {}, "integer node ids"),
     ([[1, 2], [3, 4]], {}, "1-d"),
     ([0, 5, 100], {}, r"in \[0, 100\)"),
     ([-1, 3], {}, r"in \[0, 100\)"),
@@ -827,7 +828,7 @@ def test_sampling_errors_reach_the_consumer(prefetch):
     ([1, 2, 3], {"prefetch": -1}, "prefetch >= 0"),
     ([1, 2, 3], {"rank": 2, "world_size": 2}, "rank < world_size"),
     ([1, 2, 3], {"rank": -1, "world_size": 2}, "rank < world_size"),
-], ids=["repeated", "2d", "too_large", "negative", "batch_size_0", "prefetch", "rank_high",
+], ids=["repeated", "float", "2d", "too_large", "negative", "batch_size_0", "prefetch", "rank_high",
         "rank_negative"])
 def test_bad_loader_arguments_are_refused(seeds, kwargs, match):
     graph = DeviceGraph.from_dgl(dgl.rand_graph(100, 300), "cpu")
@@ -835,6 +836,17 @@ def test_bad_loader_arguments_are_refused(seeds, kwargs, match):
     batch_size = kwargs.pop("batch_size")
     with pytest.raises(ValueError, match=match):
         NeighborLoader(graph, torch.tensor(seeds), NeighborSampler([2]), batch_size, **kwargs)
+
+
+@pytest.mark.parametrize("seeds, match", [
+    ([1, 2, 2], "repeat"), (torch.tensor([0.0, 1.5]), "integer node ids"),
+    ([0, 100], r"in \[0, 100\), got ids from 0 to 100"), ([-1, 3], r"from -1 to 3"),
+    ([[1, 2]], "1-d")])
+def test_sampling_bad_seeds_directly_is_a_clear_error(seeds, match):
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(100, 400), "cpu")
+    with pytest.raises(ValueError, match=match):
+        NeighborSampler([3]).sample(graph, seeds)
+    assert NeighborSampler([3]).sample(graph, [])[1].dtype == torch.int64
 
 
 # --------------------------------------------------------------------------- 6. training

@@ -92,12 +92,21 @@ def test_gin_max_rejects_k():
 def test_feature_rows_mismatch(name, h):
     g = h.make_graph("self_loops", 10)
     conv = layer(name)
+    with pytest.raises(DGLError, match="11 rows"):  # what DGL's layers raise there
+        conv(g, torch.randn(11, 6))
     raises(ValueError, r"11 rows.*10 source nodes", lambda: conv(g, torch.randn(11, 6)))
     raises(ValueError, r"9 rows.*10 source nodes", lambda: conv(g, torch.randn(9, 6)))
     raises(ValueError, r"source features have 8 rows.*10 source nodes",
            lambda: conv(g, (torch.randn(8, 6), torch.randn(10, 6))))
     raises(ValueError, r"destination features have 7 rows.*10 destination nodes",
            lambda: conv(g, (torch.randn(10, 6), torch.randn(7, 6))))
+
+
+def test_sage_gcn_pair_of_different_widths_is_dgls_error(h):
+    g = h.make_graph("bipartite")
+    conv = SAGEConv((4, 6), 2, "gcn")
+    with pytest.raises(DGLError, match="same width"):
+        conv(g, (torch.randn(g.num_src_nodes(), 4), torch.randn(g.num_dst_nodes(), 6)))
 
 
 # (not the aggregators that run DGL's own code: it must not run on blocks in this environment)

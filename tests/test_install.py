@@ -116,6 +116,23 @@ def test_installed_k_leaves_layers_no_wider_than_k_dense():
         dgl.nn.SAGEConv(8, 4, "mean", k=9)  # an explicit k is never adjusted
 
 
+def test_installed_k_leaves_layers_wider_than_cbsr_dense():
+    """CBSR indexes at most MAX_WIDTH columns: existing code with wider inputs keeps working
+    (dense) under install(k), at construction and, for GIN, at forward."""
+    width = dgl_maxk.sparse.MAX_WIDTH + 1
+    g = dgl.add_self_loop(dgl.rand_graph(6, 12))
+    x = torch.randn(6, width)
+    with dgl_maxk.installed(k=4):
+        convs = (dgl.nn.SAGEConv(width, 2, "mean"), dgl.nn.GraphConv(width, 2),
+                 dgl.nn.SAGEConv((8, width), 2, "mean"))
+        assert all(conv.k is None for conv in convs)
+        assert dgl.nn.GraphConv(8, 2).k == 4
+        gin = dgl.nn.GINConv(torch.nn.Linear(width, 2), "sum")
+        assert gin.k == 4 and gin(g, x).shape == (6, 2)
+    with pytest.raises(ValueError, match="at most"):
+        dgl_maxk.nn.GraphConv(width, 2, k=4)  # an explicit k is never adjusted
+
+
 def test_numpy_integer_k_is_accepted():
     k = np.int64(3)
     assert dgl_maxk.nn.GraphConv(8, 4, k=k).k == 3

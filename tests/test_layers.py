@@ -8,6 +8,7 @@ in-edge of a seed is present.
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import prune
 
 from dgl_maxk import CBSR, maxk
 from dgl_maxk._dgl import DGLError, dgl
@@ -355,6 +356,54 @@ def test_sage_with_k_is_stock_on_maxk_input(agg, in_out, weighted, tuple_input, 
     compare_runs(lambda f: stock(g, f, edge_weight=w), lambda f: ours(g, f, edge_weight=w),
                  named_params(stock), named_params(ours), feats(g, in_out[0], tuple_input),
                  f"SAGE {agg} k", stock_feat_fn=maxk_dense(k))
+
+
+class ScaledLinear(torch.nn.Module):
+    """A wrapper such as adapters use: the layer must call it, not read its weight."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x):
+        return 0.5 * self.linear(x)
+
+
+def hook_scaling_output(module, calls):
+    module.register_forward_hook(lambda m, inputs, out: calls.append(m) or 3 * out)
+
+
+@pytest.mark.parametrize("change", ("hooks", "prune", "wrap"))
+@pytest.mark.parametrize("cbsr_input", (False, True), ids=("k", "cbsr_input"))
+def test_sage_mean_calls_its_linears_when_they_are_not_plain(change, cbsr_input, h):
+    """Hooks on fc_self / fc_neigh, pruning and wrapped modules act as in DGL's layer (the
+    fused GEMM on their weights is taken only when nobody could tell)."""
+    g = graph_with_empty_rows(h)
+    k = 3
+    layers = [perturb(dgl.nn.SAGEConv(12, 5, "mean").double())]
+    layers.append(SAGEConv(12, 5, "mean", k=None if cbsr_input else k).double())
+    layers[1].load_state_dict(layers[0].state_dict())
+    calls = []
+    for layer in layers:
+        if change == "hooks":
+            calls.append([])
+            hook_scaling_output(layer.fc_neigh, calls[-1])
+            hook_scaling_output(layer.fc_self, calls[-1])
+        elif change == "prune":
+            prune.l1_unstructured(layer.fc_neigh, "weight", amount=0.5)
+        else:
+            layer.fc_self = ScaledLinear(layer.fc_self)
+    stock, ours = layers
+    ours_input = (lambda f: maxk(f, k)) if cbsr_input else (lambda f: f)
+    compare_runs(lambda f: stock(g, f), lambda f: ours(g, ours_input(f)), named_params(stock),
+                 named_params(ours), feats(g, 12), f"SAGE mean {change}",
+                 stock_feat_fn=maxk_dense(k))
+    if change == "hooks":
+        assert len(calls[0]) == len(calls[1]) == 2
+    if change == "prune":  # a second step through the pruned weight, as in training
+        compare_runs(lambda f: stock(g, f), lambda f: ours(g, ours_input(f)),
+                     named_params(stock), named_params(ours), feats(g, 12), "pruned again",
+                     stock_feat_fn=maxk_dense(k))
 
 
 @pytest.mark.parametrize("weighted", (False, True), ids=("unweighted", "weighted"))

@@ -10,6 +10,11 @@ from ..sparse import (CBSR, MAX_WIDTH, SampledBlock, check_features, check_graph
                       graph_plan)
 
 
+class GraphInputError(DGLError, ValueError):
+    """Features that do not fit the graph: a DGLError, which DGL's layers raise there, and a
+    ValueError, which dgl_maxk's other input checks raise."""
+
+
 class _InstalledK:
     """Default of a layer's ``k``: the one given to :func:`dgl_maxk.install`, else None."""
 
@@ -20,14 +25,21 @@ class _InstalledK:
 INSTALLED_K = _InstalledK()
 
 
+def installed_k_applies(k: int, widths) -> bool:
+    """Whether the k of :func:`dgl_maxk.install` applies to inputs of these widths: MaxK
+    keeping every entry is the identity, and CBSR cannot index wider rows than MAX_WIDTH;
+    such layers stay dense (an explicit k is never adjusted)."""
+    return k < min(widths) and max(widths) <= MAX_WIDTH
+
+
 def resolve_k(layer: str, k, widths=(None,)):
     """A layer's k at construction: the installed default when the caller gave none, then
     validated against each input width it applies to (source, and destination if given)."""
     widths = [w for w in widths if w is not None]
     if k is INSTALLED_K:
         k = patch.installed_k(layer)
-        if k is not None and widths and k >= min(widths):
-            return None  # MaxK keeping every entry is the identity: stay dense
+        if k is not None and widths and not installed_k_applies(k, widths):
+            return None
     if k is None:
         return None
     k = check_k(k)
@@ -39,6 +51,19 @@ def resolve_k(layer: str, k, widths=(None,)):
                              f"indices); {name} = {width}")
         check_k(k, width, name)
     return k
+
+
+def stands_for_its_weights(linear) -> bool:
+    """Whether a ``Linear`` may be replaced by a GEMM on its weight and bias with nobody the
+    wiser: a plain ``torch.nn.Linear`` (not a pruned, parametrized, quantized or wrapped one)
+    that no hook watches. Otherwise the layer calls the module, on dense rows."""
+    hooks = torch.nn.modules.module
+    return (type(linear) is torch.nn.Linear
+            and isinstance(linear.weight, torch.nn.Parameter)
+            and not (linear._forward_hooks or linear._forward_pre_hooks
+                     or linear._backward_hooks or linear._backward_pre_hooks
+                     or hooks._global_forward_hooks or hooks._global_forward_pre_hooks
+                     or hooks._global_backward_hooks or hooks._global_backward_pre_hooks))
 
 
 def _rows(x):
@@ -97,11 +122,11 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
         src = prepare("features", feat, widths[0])
         dst = _slice_rows(src, graph.num_dst_nodes()) if graph.is_block else src
     if _rows(src) != graph.num_src_nodes():
-        raise ValueError(f"source features have {_rows(src)} rows but the graph has "
-                         f"{graph.num_src_nodes()} source nodes")
+        raise GraphInputError(f"source features have {_rows(src)} rows but the graph has "
+                              f"{graph.num_src_nodes()} source nodes")
     if _rows(dst) != graph.num_dst_nodes():
-        raise ValueError(f"destination features have {_rows(dst)} rows but the graph has "
-                         f"{graph.num_dst_nodes()} destination nodes")
+        raise GraphInputError(f"destination features have {_rows(dst)} rows but the graph "
+                              f"has {graph.num_dst_nodes()} destination nodes")
     device = src.device
     if dst.device != device:
         raise DGLError(f"source features on {device} but destination features on {dst.device}")

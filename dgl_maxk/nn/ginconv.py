@@ -6,7 +6,8 @@ import torch
 from .._dgl import dgl
 from ..ops import aggregate
 from ..sparse import CBSR
-from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
+from ._inputs import (INSTALLED_K, check_dgl_path, dense, installed_k_applies, resolve_k,
+                      split_features)
 
 
 def _width(feat) -> int:
@@ -58,8 +59,8 @@ class GINConv(dgl.nn.GINConv):
                                  "weighted sum of neighbour rows); use 'sum' or 'mean', or "
                                  "k=None")
             k = None  # an installed default k leaves this aggregator dense
-        # GIN learns its input width only at forward: an installed k that would keep every
-        # entry of the input leaves the layer dense there (as the other layers do at build)
+        # GIN learns its input width only at forward: an installed k that does not apply to
+        # it leaves the layer dense there (as the other layers do at build)
         self._k_installed = k is INSTALLED_K
         self.k = resolve_k("GINConv", k)
         self._init_eps = float(init_eps)
@@ -82,7 +83,7 @@ class GINConv(dgl.nn.GINConv):
             feat = check_dgl_path(graph, feat, edge_weight)
             return super().forward(graph, feat, edge_weight)
         k = self.k
-        if self._k_installed and k is not None and k >= _width(feat):
+        if self._k_installed and k is not None and not installed_k_applies(k, [_width(feat)]):
             k = None
         src, dst, plan = split_features(graph, feat, k)
         norm = "right" if self._aggregator_type == "mean" else "none"

@@ -9,7 +9,8 @@ from torch.nn import functional as F
 from .._dgl import dgl
 from ..ops import aggregate, cbsr_addmm
 from ..sparse import CBSR
-from ._inputs import INSTALLED_K, check_dgl_path, dense, resolve_k, split_features
+from ._inputs import (INSTALLED_K, GraphInputError, check_dgl_path, dense, resolve_k,
+                      split_features, stands_for_its_weights)
 
 
 class SAGEConv(dgl.nn.SAGEConv):
@@ -30,7 +31,10 @@ class SAGEConv(dgl.nn.SAGEConv):
     whatever ``in_feats`` and ``out_feats`` are (DGL projects first when
     ``in_feats > out_feats``, which would destroy the sparsity). With ``k=None`` it computes
     what DGL's layer computes, in the same order, on any device the features are on (a graph
-    on the CPU may serve features on a GPU).
+    on the CPU may serve features on a GPU). On CBSR rows the 'mean' aggregator fuses the two
+    GEMMs on ``fc_self`` and ``fc_neigh``'s weights when they are plain ``torch.nn.Linear``
+    modules that no hook watches; otherwise it calls them (hooks, pruning and wrapped
+    modules act as in DGL's layer).
 
     Parameters
     ----------
@@ -96,7 +100,9 @@ class SAGEConv(dgl.nn.SAGEConv):
         # DGL projects before aggregating when that is cheaper; never on sparse input.
         lin_before_mp = isinstance(src, torch.Tensor) and self._in_src_feats > self._out_feats
         if self._aggre_type == "mean":
-            if isinstance(src, CBSR) and (isinstance(dst, CBSR) or dst.dim() == 2):
+            if (isinstance(src, CBSR) and (isinstance(dst, CBSR) or dst.dim() == 2)
+                    and stands_for_its_weights(self.fc_self)
+                    and stands_for_its_weights(self.fc_neigh)):
                 # the self GEMM adds into the neighbour GEMM's output in place (no N x d
                 # sum or copy pass) and keeps CBSR rows, not dense ones, for its backward
                 h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
@@ -115,8 +121,8 @@ class SAGEConv(dgl.nn.SAGEConv):
                 rst = self.fc_self(dense(dst)) + h_neigh
         else:  # gcn: (sum of neighbours + self) / (in-degree + 1)
             if isinstance(feat, tuple) and dense(src).shape[1:] != dense(dst).shape[1:]:
-                raise ValueError("the 'gcn' aggregator needs source and destination features "
-                                 "of the same width")
+                raise GraphInputError("the 'gcn' aggregator needs source and destination "
+                                      "features of the same width")
             scale = (plan.in_degrees.to(torch.float32) + 1).unsqueeze(-1)
             if lin_before_mp:
                 h_neigh = (agg(self.fc_neigh(src), edge_weight)

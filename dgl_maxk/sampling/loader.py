@@ -16,7 +16,8 @@ import threading
 
 import torch
 
-from .sampler import DeviceGraph, NeighborSampler
+from ..sparse import input_checks
+from .sampler import DeviceGraph, NeighborSampler, check_seeds
 
 _END = object()
 #: The name of the thread that samples ahead (a step watching its own synchronisations
@@ -48,11 +49,7 @@ class NeighborLoader:
 
     def __init__(self, graph: DeviceGraph, seeds, sampler: NeighborSampler, batch_size, *,
                  shuffle=True, drop_last=False, seed=0, rank=0, world_size=1, prefetch=1):
-        seeds = torch.as_tensor(seeds, dtype=torch.int64).cpu()
-        if seeds.dim() != 1 or torch.unique(seeds).numel() != seeds.numel():
-            raise ValueError("seeds must be a 1-d tensor of node ids without repeats")
-        if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= graph.num_nodes):
-            raise ValueError(f"seed node ids must be in [0, {graph.num_nodes})")
+        seeds = check_seeds(seeds, graph.num_nodes).cpu()
         if batch_size < 1 or prefetch < 0 or not 0 <= rank < world_size:
             raise ValueError(f"need batch_size >= 1, prefetch >= 0 and 0 <= rank < "
                              f"world_size; got {batch_size}, {prefetch}, {rank}, {world_size}")
@@ -86,7 +83,9 @@ class NeighborLoader:
         share = share.to(device)
         for i in range(len(self)):
             seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
-            yield self.sampler.sample(self.graph, seeds, generator)
+            with input_checks(False):  # the seeds were checked once, at construction
+                batch = self.sampler.sample(self.graph, seeds, generator)
+            yield batch
 
     def __iter__(self):
         # one seed per (loader seed, pass): a prime step, so that nearby loader seeds (the

@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from .. import backends
-from ..sparse import SampledBlock
+from ..sparse import SampledBlock, checks_enabled
 from ..sparse.plan import cached_per_graph
 
 
@@ -99,6 +99,30 @@ def check_fanouts(fanouts) -> list:
     return [int(f) for f in fanouts]
 
 
+def check_seeds(seeds, num_nodes: int, scan: bool = True) -> torch.Tensor:
+    """``seeds`` (a tensor or sequence of node ids) as a 1-d int64 tensor; a ValueError for
+    non-integer or multi-dimensional seeds and, with ``scan`` (which reads them back to the
+    host), for repeated ids or ids outside ``[0, num_nodes)``."""
+    seeds = torch.as_tensor(seeds)
+    if seeds.numel() and (seeds.is_floating_point() or seeds.is_complex()
+                          or seeds.dtype == torch.bool):
+        raise ValueError(f"seeds must be integer node ids, got {seeds.dtype}")
+    if seeds.dim() != 1:
+        raise ValueError(f"seeds must be 1-d, got shape {tuple(seeds.shape)}")
+    seeds = seeds.to(torch.int64)
+    if scan and seeds.numel():
+        low, high, distinct = torch.stack([seeds.min(), seeds.max(),
+                                           torch.tensor(torch.unique(seeds).numel(),
+                                                        device=seeds.device)]).tolist()
+        if distinct != seeds.numel():
+            raise ValueError(f"seeds must not repeat: {seeds.numel() - distinct} repeated "
+                             "node id(s)")
+        if low < 0 or high >= num_nodes:
+            raise ValueError(f"seed node ids must be in [0, {num_nodes}), got ids from {low} "
+                             f"to {high}")
+    return seeds
+
+
 class NeighborSampler:
     """Sample a block per layer, from the output layer down, as DGL's ``NeighborSampler``.
 
@@ -125,12 +149,11 @@ class NeighborSampler:
         """(input_nodes, output_nodes, blocks) for ``seeds`` (global ids in
         ``[0, graph.num_nodes)`` without repeats, any integer tensor or sequence), as DGL's
         loaders give them, int64 on the graph's device: ``blocks[0]`` is the input layer's,
-        and each block's source nodes start with its destination nodes. The seeds are not
-        scanned (that would read them back to the host each batch):
-        :class:`~dgl_maxk.sampling.NeighborLoader` checks its seeds once."""
-        seeds = torch.as_tensor(seeds).to(graph.device, torch.int64)
-        if seeds.dim() != 1:
-            raise ValueError(f"seeds must be 1-d, got shape {tuple(seeds.shape)}")
+        and each block's source nodes start with its destination nodes. The seeds' ids are
+        checked (one read back to the host) unless content checks are off
+        (:func:`dgl_maxk.input_checks`): :class:`~dgl_maxk.sampling.NeighborLoader` checks its
+        seeds once, and samples without."""
+        seeds = check_seeds(seeds, graph.num_nodes, scan=checks_enabled()).to(graph.device)
         dst = seeds
         blocks = []
         for fanout in reversed(self.fanouts):

@@ -124,7 +124,7 @@ def check_nan_counters(name: str, shape, counters):
 def check_k(k, width: int | None = None, width_name: str = "d") -> int:
     """``k`` as an int in ``[1, width]`` (``width`` None: any positive k), else a ValueError
     naming the width. The one place k is validated: MaxK, the layers, the models, install."""
-    valid = f"in [1, {width_name} = {width}]" if width is not None else "positive"
+    valid = f"in [1, {width_name} = {width}]" if width is not None else ">= 1"
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k must be an integer {valid}, got {k!r}")
     if width is not None and k > width:

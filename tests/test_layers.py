@@ -331,6 +331,26 @@ def test_repr_mentions_k():
     assert "k=4" in repr(GINConv(None, "sum", k=4))
 
 
+@pytest.mark.parametrize("name, args", [("GraphConv", (4, 3)), ("SAGEConv", (4, 3, "mean")),
+                                         ("GINConv", (None, "sum"))])
+def test_second_derivatives_through_edge_weights_on_a_multigraph(name, args, h):
+    """Gradient penalties and meta-learning differentiate the gradient: each of a multigraph's
+    repeated edges keeps its own second derivative, as in DGL."""
+    g = dgl.add_self_loop(h.random_graph(12, 40))
+    g = dgl.add_edges(g, *g.edges())  # every edge twice
+    stock, ours = twins(name, *args)
+    x = torch.randn(12, 4, dtype=torch.float64)
+    w = torch.rand(g.num_edges(), dtype=torch.float64) + 0.5
+    grads = []
+    for layer in (stock, ours):
+        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+        gx, = torch.autograd.grad(layer(g, xi, edge_weight=wi).pow(2).sum(), xi,
+                                  create_graph=True)
+        grads.append(torch.autograd.grad(gx.pow(2).sum(), (xi, wi)))
+    for a, b, what in zip(grads[1], grads[0], ("x", "edge_weight")):
+        close(a, b, f"{name} second derivative of {what}")
+
+
 # --------------------------------------------------------------------------- k set
 
 def maxk_dense(k):

@@ -122,14 +122,17 @@ def _edge_sum(rows, cols, values, x, num_rows):
 
 
 def _csr_mm(indptr, indices, rows, values, x, shape):
-    """A . x for A in CSR. cuSPARSE rejects a CSR holding more entries than rows x columns,
-    which a small multigraph can have: such an A is summed edge by edge instead."""
+    """A . x for A in CSR. Summed edge by edge instead where torch's sparse product fails:
+    cuSPARSE rejects a CSR holding more entries than rows x columns, which a small
+    multigraph can have, and the sparse tensor's gradient merges repeated entries (a
+    multigraph's), which a double backward through edge values needs one per edge."""
     dtype = torch.promote_types(x.dtype, values.dtype)
     values, x = values.to(dtype), x.to(dtype)
     with torch.autocast(x.device.type, enabled=False):
         if indices.numel() == 0:
             return x.new_zeros((shape[0], x.shape[1]))
-        if indices.numel() > shape[0] * shape[1]:
+        if (indices.numel() > shape[0] * shape[1]
+                or (values.requires_grad and torch.is_grad_enabled())):
             return _edge_sum(rows, indices, values, x, shape[0])
         return torch.sparse.mm(_sparse_adjacency(indptr, indices, values, shape), x)
 

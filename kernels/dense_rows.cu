@@ -22,29 +22,15 @@
 #ifndef ELEM_BYTES
 #define ELEM_BYTES 4
 #endif
-#ifndef IDX_BYTES
-#define IDX_BYTES 1
-#endif
 #ifndef RV
 #define RV 8
 #endif
 #ifndef WARPS
 #define WARPS 4
 #endif
-#define FULL_MASK 0xffffffffu
 
+#include "cbsr_types.cuh"
 #include "layer_norm_row.cuh"
-
-#if ELEM_BYTES == 4
-typedef unsigned int raw_t;
-#else
-typedef unsigned short raw_t;
-#endif
-#if IDX_BYTES == 1
-typedef unsigned char idx_t;
-#else
-typedef unsigned short idx_t;
-#endif
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 cbsr_to_dense(const raw_t* __restrict__ values, const idx_t* __restrict__ indices,

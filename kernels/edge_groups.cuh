@@ -15,7 +15,7 @@
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
 // P_U edges in flight per sub-group, P_QV entries per lane per load (1 or 4: launch.py's
 // spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
-// SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 int16),
+// SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 uint16),
 // P_PREFETCH (staged rows copied one group ahead; P_D4 only).
 
 #ifndef P_D4
@@ -42,23 +42,13 @@
 #ifndef VAL_KIND
 #define VAL_KIND 0
 #endif
-#ifndef IDX_BYTES
-#define IDX_BYTES 1
-#endif
 #ifndef P_PREFETCH
 #define P_PREFETCH 0
 #endif
 
 #define P_S (32 / P_L)
-#define FULL_MASK 0xffffffffu
 
-#if IDX_BYTES == 1
-typedef unsigned char idx_t;
-#define IDX_TO_INT(x) ((int)(x))
-#else
-typedef short idx_t;
-#define IDX_TO_INT(x) ((int)(unsigned short)(x))
-#endif
+#include "cbsr_types.cuh"
 
 #if VAL_KIND == 0
 typedef float val_t;

@@ -13,7 +13,7 @@
 // Compile-time constants (-D):
 //   ELEM_BYTES 4 (fp32) or 2 (fp16 / bf16: the same sign-magnitude key rule on 16 bits)
 //   IS_BF16    1 for bf16 (NaN test), else 0
-//   IDX_BYTES  1 (uint8 indices, d <= 256) or 2 (int16)
+//   IDX_BYTES  1 (uint8 indices, d <= 256) or 2 (uint16)
 //   VEC        elements per lane per vector load (VEC * ELEM_BYTES in {2, 4, 8, 16})
 //   CH         chunks of 32 * VEC columns held in registers (maxk_reg only)
 //   WARPS      warps per block
@@ -49,9 +49,6 @@
 #ifndef IS_BF16
 #define IS_BF16 0
 #endif
-#ifndef IDX_BYTES
-#define IDX_BYTES 1
-#endif
 #ifndef VEC
 #define VEC 1
 #endif
@@ -74,22 +71,10 @@
 #define LAYER_NORM 0
 #endif
 
-#define FULL_MASK 0xffffffffu
 #define VB (VEC * ELEM_BYTES)
+#define KEY_BITS (8 * ELEM_BYTES)
 
-#if ELEM_BYTES == 4
-typedef unsigned int raw_t;
-#define KEY_BITS 32
-#else
-typedef unsigned short raw_t;
-#define KEY_BITS 16
-#endif
-
-#if IDX_BYTES == 1
-typedef unsigned char idx_t;
-#else
-typedef short idx_t;
-#endif
+#include "cbsr_types.cuh"
 
 __device__ __forceinline__ int warp_sum(int v) {
 #if __CUDA_ARCH__ >= 800

@@ -552,3 +552,16 @@ def test_backward_staged_rows_need_no_more_shared_memory_than_one_row(d):
         assert smem <= 227 * 1024, (name, d, smem)  # sm_90's opt-in limit, the largest
         if d <= 1024:  # the widths measured with the prefetch keep it
             assert defines["P_PREFETCH"] == 1, (name, d)
+
+
+def test_kernel_sources_paste_their_headers_in_full():
+    """NVRTC compiles each kernel with no include path: every ``#include "x.cuh"``, a
+    header's own included, is pasted in; the shared types stand once in each kernel."""
+    from dgl_maxk.backends.cuda import runtime
+    kernels = sorted(runtime.kernel_dir().glob("*.cu"))
+    assert len(kernels) >= 6
+    for kernel in kernels:
+        text = runtime.source(kernel.stem)
+        assert '#include "' not in text, kernel.name
+        if "idx_t" in text:
+            assert text.count("typedef unsigned char idx_t;") == 1, kernel.name

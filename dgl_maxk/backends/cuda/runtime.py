@@ -56,14 +56,18 @@ def kernel_dir() -> Path:
 
 
 def source(name: str) -> str:
-    """A kernel's source with its ``#include "<file>.cuh"`` lines replaced by those files
-    (so the compile needs no include path, and the cache key covers the headers)."""
+    """A kernel's source with its ``#include "<file>.cuh"`` lines replaced by those files,
+    theirs too (so the compile needs no include path, and the cache key covers the
+    headers; their include guards keep one copy of each)."""
     if name not in _sources:
-        folder = kernel_dir()
-        _sources[name] = re.sub(r'^#include "([\w.]+\.cuh)"\n',
-                                lambda m: (folder / m.group(1)).read_text(),
-                                (folder / f"{name}.cu").read_text(), flags=re.MULTILINE)
+        _sources[name] = _expanded((kernel_dir() / f"{name}.cu").read_text())
     return _sources[name]
+
+
+def _expanded(text: str) -> str:
+    return re.sub(r'^#include "([\w.]+\.cuh)"\n',
+                  lambda m: _expanded((kernel_dir() / m.group(1)).read_text()), text,
+                  flags=re.MULTILINE)
 
 
 def kernel(name: str, func: str, defines: dict, device_index: int):

@@ -1,4 +1,4 @@
-"""The MaxK-GNN models of the paper (DESIGN.md section 2), each also runnable with ReLU.
+"""The MaxK-GNN models of the paper (MaxK-GNN, ASPLOS 2024), each also runnable with ReLU.
 
 - GraphSAGE: lin_in -> L x [MaxK -> SAGEConv(d, d, 'mean', feat_drop=p, norm=LayerNorm)] ->
   lin_out

@@ -40,15 +40,15 @@ def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
     n, d = h.shape
     if n == 0:
         return h.new_empty((0, k)), torch.empty((0, k), dtype=index_dtype(d), device=h.device)
-    kth = torch.topk(h, k, dim=1).values[:, k - 1:k]
-    greater = h > kth
-    tied = h == kth
-    need = k - greater.sum(1, keepdim=True)
-    keep = greater | (tied & (tied.cumsum(1) <= need))
     if bool(torch.isnan(h).any()):
         top = torch.sort(h, dim=1, descending=True, stable=True).indices[:, :k]
         indices = top.sort(dim=1).values
     else:
+        kth = torch.topk(h, k, dim=1).values[:, k - 1:k]
+        greater = h > kth
+        tied = h == kth
+        need = k - greater.sum(1, keepdim=True)
+        keep = greater | (tied & (tied.cumsum(1) <= need))
         indices = keep.nonzero()[:, 1].view(n, k)
     return h.gather(1, indices), indices.to(index_dtype(d))
 

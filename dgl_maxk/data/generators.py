@@ -21,7 +21,7 @@ from .params import Param, check_values, with_defaults
 #: Log-normal sigma: with Reddit's size it gives a max in-degree of about 100x the mean.
 DEFAULT_SIGMA = 1.25
 
-_SEED = Param(int, 0, 0, 2**63 - 1)  # torch generators take seeds in [0, 2**64)
+_SEED = Param(int, 0, 0, 2**63 - 1)  # what fits a signed 64-bit integer, everywhere
 _FRACTION = dict(low=0.0, high=1.0, open_low=True, open_high=True)
 
 PLANTED_PARAMS = {

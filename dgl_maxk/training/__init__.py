@@ -2,8 +2,11 @@
 
 - ``config``: the schema, validation, overrides and variants of a config;
 - ``precision``: the run's precision policy (fp32, tf32, bf16);
-- ``step``: the one training step (full graph, mini-batch, benchmarks);
-- ``sampling``: DGL's neighbour sampler and loader, and a mini-batch epoch;
+- ``step``: the one training step, and the full-graph step the trainer and benchmarks run;
+- ``sampled_step``: the mini-batch step the trainer and benchmarks run;
+- ``sampling``: the loader of an epoch (dgl_maxk's device sampler or DGL's) and a mini-batch
+  epoch;
+- ``sparse_input``: a Linear on sparse input features; ``errors``: the trainer's errors;
 - ``distributed``: the device and the torchrun process group;
 - ``metrics``: scores and statistics;
 - ``checkpoint``: atomic writes, checkpoints, RNG states, what a resume starts from;

@@ -34,6 +34,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationEr
 from ..data import canonical_name, check_params, dataset_names
 from ..models import MODELS
 from ..sampling.sampler import FANOUTS_RULE, check_fanouts
+from ..sparse import MAX_WIDTH
 from .errors import ConfigError
 
 __all__ = ["ConfigError", "ExperimentConfig", "load_config", "validate_config",
@@ -89,7 +90,7 @@ class DatasetConfig(_Section):
 
 class ModelConfig(_Section):
     name: Literal[tuple(sorted(MODELS))]
-    hidden: int = Field(256, gt=0, le=32768)  # CBSR indexes at most 32768 columns
+    hidden: int = Field(256, gt=0, le=MAX_WIDTH)  # the most columns CBSR indexes
     layers: int = Field(2, gt=0)
     dropout: float = Field(0.5, ge=0, lt=1)
     input_dropout: float = Field(0.0, ge=0, lt=1,

@@ -5,10 +5,11 @@ A run directory holds ``config.yaml`` (the resolved config), ``log.txt``,
 precision, per-seed histories and scores, mean and std per variant, timings).
 
 Training (:func:`run_seed`): Adam with the config's learning rate (constant or cosine) and
-weight decay, :func:`~dgl_maxk.training.step.train_step` on the whole graph (mode 'full') or
-on sampled blocks (mode 'minibatch'), evaluation of train/val/test on the whole graph, test
-reported at the best validation epoch, all under the config's ``train.precision``. Resuming
-from a checkpoint continues the exact same computation.
+weight decay, the full-graph step (mode 'full') or the mini-batch step on sampled blocks
+(mode 'minibatch'), evaluation of train/val/test on the whole graph, test reported at the
+best validation epoch, all under the config's ``train.precision``. Resuming from a
+checkpoint continues the same computation (bit for bit on the CPU; on GPUs up to the order
+of the kernels' atomic adds).
 
 A run stops early, leaving resumable checkpoints, when its budget (epochs or seconds in this
 call) runs out (``complete`` is then False) or on SIGINT/SIGTERM (RunInterrupted).

@@ -142,9 +142,9 @@ class SampledStep:
     DistributedDataParallel (whose hooks cannot be captured). The step then does what DDP
     does: the processes start from rank 0's parameters, and each step averages the
     gradients over them, here in one flat buffer per dtype, one all-reduce, before the
-    optimizer. Once padded steps ran, the parameters' gradients live in those buffers (also
-    for the batches that do not fit). Without ``cuda_graph``, a DDP model runs
-    :func:`train_step` as it is.
+    optimizer. While the step is graphed or data-parallel, the parameters' gradients live in
+    those buffers (also for the batches that do not fit). Without ``cuda_graph``, a DDP
+    model runs :func:`train_step` as it is.
     """
 
     def __init__(self, model, optimizer, fanouts, batch_size, num_nodes, *, multilabel=False,

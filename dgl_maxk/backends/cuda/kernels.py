@@ -1,8 +1,8 @@
 """The kernel launches, declared as ``torch.library`` custom ops.
 
-``dgl_maxk::maxk_cbsr``, ``dgl_maxk::cbsr_spgemm``, ``dgl_maxk::cbsr_sspmm``,
-``dgl_maxk::cbsr_sddmm`` and ``dgl_maxk::sample_neighbors`` each launch one kernel of
-``kernels/`` and have a fake (meta) implementation, so ``torch.compile`` treats them as opaque
+Each op (``dgl_maxk::maxk_cbsr``, ``dgl_maxk::cbsr_spgemm``, ``dgl_maxk::layer_norm`` ...:
+the backends' functions that launch kernels) launches kernels of ``kernels/`` and has a
+fake (meta) implementation, so ``torch.compile`` treats them as opaque
 calls of known output shape. Eager calls go straight to the launch: the dispatcher's Python
 path costs more than a launch (about 0.1 ms a call on an H200 host, measured on the sampled
 blocks of mini-batch training, where the step is bound by the host). On a torch without
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ...sparse.cbsr import index_dtype
-from . import launch as cfg
+from . import launch as heuristics  # (runtime.launch is the launch itself)
 from .runtime import grid, i32, i64, kernel, launch, ptr
 
 #: The one version shim: custom ops where torch has them.
@@ -76,7 +76,7 @@ def maxk_cbsr(h: torch.Tensor, k: int,
     indices = torch.empty((n, k), dtype=index_dtype(d), device=h.device)
     if n == 0:
         return values, indices
-    func, defines, warps, smem = cfg.maxk_config(h, d, k)
+    func, defines, warps, smem = heuristics.maxk_config(h, d, k)
     kern = kernel("maxk_cbsr", func, defines, h.device.index)
     launch(kern, -(-n // warps), warps * 32,
            (ptr(h), ptr(values), ptr(indices), i64(n), i32(d), i32(k), _ptr_or_null(nan_stats)),
@@ -101,7 +101,7 @@ def layer_norm_maxk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, e
     mean, rstd = (torch.empty((n, 1), dtype=torch.float32, device=x.device) for _ in range(2))
     if n == 0:
         return values, indices, mean, rstd
-    func, defines, warps, smem = cfg.maxk_config(x, d, k)
+    func, defines, warps, smem = heuristics.maxk_config(x, d, k)
     assert func == "maxk_reg" and defines["VEC"] == 4, "the caller checks the row layout"
     kern = kernel("maxk_cbsr", func, dict(defines, LAYER_NORM=1), x.device.index)
     launch(kern, -(-n // warps), warps * 32,
@@ -120,7 +120,7 @@ def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.
     out = torch.empty((n, d), dtype=values.dtype, device=values.device)
     if n == 0 or d == 0:
         return out
-    defines, warps = cfg.to_dense_config(values, indices)
+    defines, warps = heuristics.to_dense_config(values, indices)
     kern = kernel("dense_rows", "cbsr_to_dense", defines, values.device.index)
     launch(kern, -(-n // warps), warps * 32,
            (ptr(values), ptr(indices), ptr(out), i64(n), i32(d), i32(k)), 0, values.device)
@@ -140,7 +140,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     mean, rstd = (torch.empty((n, 1), dtype=torch.float32, device=x.device) for _ in range(2))
     if n == 0:
         return y, mean, rstd
-    defines, warps = cfg.layer_norm_config(d)
+    defines, warps = heuristics.layer_norm_config(d)
     kern = kernel("dense_rows", "layer_norm", defines, x.device.index)
     launch(kern, -(-n // warps), warps * 32,
            (ptr(x), ptr(weight), ptr(bias), ptr(y), ptr(mean), ptr(rstd), i64(n), i32(d),
@@ -185,7 +185,7 @@ def _layer_norm_backward(func, dy_args, x, mean, rstd, weight, defines=None,
     dx = torch.empty_like(x)
     if n == 0:
         return dx, x.new_zeros((2, d))
-    config, warps = cfg.layer_norm_config(d)
+    config, warps = heuristics.layer_norm_config(d)
     kern = kernel("dense_rows", func, dict(config, **(defines or {})), x.device.index)
     smem = warps * smem_per_warp
     blocks = grid(kern, warps, smem, n, True, x.device.index)
@@ -212,7 +212,7 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
     if num_groups == 0:
         return y
     _launch_over_groups(
-        "cbsr_spgemm", cfg.spgemm_config(k, d, x_values, x_indices), num_groups,
+        "cbsr_spgemm", heuristics.spgemm_config(k, d, x_values, x_indices), num_groups,
         x_values.device, (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values),
                           ptr(x_values), ptr(x_indices), ptr(y), i64(num_groups), i32(k), i32(d)))
     return y
@@ -235,7 +235,7 @@ def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, group_end: to
     if num_groups == 0 or n_src == 0 or col.numel() == 0:
         return dx
     _launch_over_groups(
-        "cbsr_sspmm", cfg.sspmm_config(k, d, grad_y, x_indices), num_groups, grad_y.device,
+        "cbsr_sspmm", heuristics.sspmm_config(k, d, grad_y, x_indices), num_groups, grad_y.device,
         (ptr(group_row), ptr(group_start), ptr(col), ptr(group_end), ptr(edge_values),
          ptr(grad_y), ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d)))
     return dx
@@ -256,7 +256,7 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     if num_groups == 0 or col.numel() == 0:
         return out
     _launch_over_groups(
-        "cbsr_sddmm", cfg.sddmm_config(k, d, grad_y, x_values, x_indices), num_groups,
+        "cbsr_sddmm", heuristics.sddmm_config(k, d, grad_y, x_values, x_indices), num_groups,
         grad_y.device, (ptr(group_row), ptr(group_start), ptr(col), ptr(grad_y), ptr(x_values),
                         ptr(x_indices), ptr(out), i64(num_groups), i32(k), i32(d)))
     return out
@@ -274,7 +274,7 @@ def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr
     n = dst.numel()
     if n == 0 or num_edges == 0:
         return out
-    defines, threads = cfg.sample_config()
+    defines, threads = heuristics.sample_config()
     if fanout > defines["MAX_FANOUT"]:  # the kernel's per-thread pick list
         raise ValueError(f"the sampling kernel takes fan-outs up to {defines['MAX_FANOUT']}, "
                          f"got {fanout}")

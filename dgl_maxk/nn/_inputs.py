@@ -57,13 +57,14 @@ def stands_for_its_weights(linear) -> bool:
     """Whether a ``Linear`` may be replaced by a GEMM on its weight and bias with nobody the
     wiser: a plain ``torch.nn.Linear`` (not a pruned, parametrized, quantized or wrapped one)
     that no hook watches. Otherwise the layer calls the module, on dense rows."""
-    hooks = torch.nn.modules.module
+    # the module's own hooks and torch's global module hooks (getattr: older torch has
+    # fewer kinds)
+    watched = (getattr(owner, f"_{kind}_hooks", None)
+               for owner, prefix in ((linear, ""), (torch.nn.modules.module, "global_"))
+               for kind in (f"{prefix}forward", f"{prefix}forward_pre", f"{prefix}backward",
+                            f"{prefix}backward_pre"))
     return (type(linear) is torch.nn.Linear
-            and isinstance(linear.weight, torch.nn.Parameter)
-            and not (linear._forward_hooks or linear._forward_pre_hooks
-                     or linear._backward_hooks or linear._backward_pre_hooks
-                     or hooks._global_forward_hooks or hooks._global_forward_pre_hooks
-                     or hooks._global_backward_hooks or hooks._global_backward_pre_hooks))
+            and isinstance(linear.weight, torch.nn.Parameter) and not any(watched))
 
 
 def _rows(x):

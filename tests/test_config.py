@@ -271,6 +271,27 @@ def test_config_file_problems_are_named(tmp_path):
         C.load_config(listing)
 
 
+@pytest.mark.parametrize("text, key, line", [
+    ("model: {name: sage}\ntrain: {epochs: 3}\nmodel: {name: gcn}\n", "model", 3),
+    ("model: {name: sage, k: 8, k: 16}\n", "k", 1),
+    ("train:\n  lr: 0.1\n  epochs: 2\n  lr: 0.01\n", "lr", 4),
+])
+def test_a_key_given_twice_is_refused(text, key, line, tmp_path):
+    """PyYAML keeps the last of two equal keys silently: a config would train what its
+    author did not read."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: twice\ndataset: {name: planted}\n" + text)
+    with pytest.raises(ConfigError, match=f"the key '{key}' is given twice .* at line "
+                                          f"{line + 2},"):
+        C.load_config(path)
+    with pytest.raises(ConfigError, match="'k' is given twice"):
+        C.apply_overrides({}, ["model={k: 1, k: 2}"])
+    anchors = tmp_path / "anchors.yaml"  # a merge key may repeat what it merges
+    anchors.write_text("name: a\ndataset: {name: planted}\nbase: &b {name: sage, k: 4}\n"
+                       "model: {<<: *b, k: 8}\n")
+    assert C._read_yaml(anchors)["model"] == {"name": "sage", "k": 8}
+
+
 def test_config_name_defaults_to_the_file_stem(tmp_path):
     path = tmp_path / f"run{random.randint(0, 999)}.yaml"
     path.write_text("dataset: {name: planted}\nmodel: {name: sage, hidden: 8, k: 4}\n")

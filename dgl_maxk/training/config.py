@@ -357,8 +357,23 @@ _EXPONENT_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+"
 
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading unquoted exponent floats as numbers (config files and
+    """PyYAML's safe loader, reading unquoted exponent floats as numbers and refusing a key
+    written twice in one mapping, where PyYAML keeps the last one silently (config files and
     overrides alike)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if (not isinstance(key_node, yaml.ScalarNode)
+                    or key_node.tag == "tag:yaml.org,2002:merge"):  # '<<' may repeat keys
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key '{key}' is given twice in one mapping (the first "
+                    "would be ignored)", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,

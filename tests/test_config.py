@@ -335,3 +335,19 @@ def test_hidden_width_is_bounded_by_cbsr():
     with pytest.raises(C.ConfigError, match=r"'model.hidden' must be > 0 and <= 32768"):
         small_config(**{"model.hidden": 40000})
 
+
+
+def test_an_override_every_variant_sets_again_is_refused(tmp_path):
+    """The variants apply after --set: an override they all set again would change nothing,
+    silently."""
+    path = tmp_path / "two.yaml"
+    path.write_text("name: two\ndataset: {name: planted}\nmodel: {name: sage, k: 4}\n"
+                    "variants:\n  a: {model.nonlinearity: maxk, k: 2}\n"
+                    "  b: {nonlinearity: relu}\n")
+    for key in ("model.nonlinearity", "nonlinearity"):
+        with pytest.raises(ConfigError, match=rf"--set {key} changes nothing.*\(a, b\)"
+                                              r".*variants=null"):
+            C.load_config(path, [f"{key}=relu"])
+    assert C.load_config(path, ["k=3"])["model"]["k"] == 3  # variant b keeps it
+    cfg = C.load_config(path, ["variants=null", "nonlinearity=relu"])
+    assert list(C.expand_variants(cfg)) == ["relu"]

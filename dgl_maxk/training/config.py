@@ -393,11 +393,15 @@ def _holds_text(key: str) -> bool:
 def apply_overrides(cfg: dict, overrides) -> dict:
     """A copy of ``cfg`` with ``overrides`` (['k=16', ...] or {'model.k': 16}) applied."""
     cfg = copy.deepcopy(cfg)
-    items = overrides.items() if isinstance(overrides, dict) else map(parse_assignment,
-                                                                       overrides or [])
-    for key, value in items:
+    for key, value in _assignments(overrides):
         _set(cfg, key, value)
     return cfg
+
+
+def _assignments(overrides):
+    """(key, value) pairs of ['k=16', ...] or {'model.k': 16}."""
+    return overrides.items() if isinstance(overrides, dict) else map(parse_assignment,
+                                                                      overrides or [])
 
 
 # --------------------------------------------------------------------------- configs
@@ -436,12 +440,28 @@ def _read_yaml(path: Path) -> dict:
 
 
 def load_config(path, overrides=None) -> dict:
-    """Read a YAML config, apply overrides and validate it (see :func:`validate_config`)."""
+    """Read a YAML config, apply overrides and validate it (see :func:`validate_config`).
+    An override that every variant of the config sets again is refused: it would change
+    nothing."""
     path = Path(path)
     cfg = apply_overrides(_read_yaml(path), overrides)
     if not cfg.get("name"):
         cfg["name"] = path.stem
-    return validate_config(cfg)
+    cfg = validate_config(cfg)
+    _check_overrides_reach_a_variant(cfg, overrides)
+    return cfg
+
+
+def _check_overrides_reach_a_variant(cfg: dict, overrides):
+    variants = cfg.get("variants") or {}
+    for key, _ in _assignments(overrides):
+        full = resolve_key(key)
+        setters = [name for name, changes in variants.items()
+                   if any(resolve_key(k) == full for k in changes or {})]
+        if variants and len(setters) == len(variants):
+            raise ConfigError(f"--set {key} changes nothing: every variant of this config "
+                              f"sets '{full}' itself ({', '.join(setters)}); to train one "
+                              f"setting, add --set variants=null")
 
 
 def _validate_single(cfg: dict) -> dict:

@@ -27,11 +27,11 @@ import torch
 
 from . import envinfo
 from .data import DatasetError, data_root, dataset_names, layout
-from .training import (CheckpointError, ConfigError, RunInterrupted, load_config,
-                       run_experiment)
+from .training import (CheckpointError, ConfigError, RunInterrupted, TrainingDiverged,
+                       load_config, run_experiment)
 from .training.config import TrainConfig, parse_seeds
 
-EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED = 0, 2, 3, 4
+EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED, EXIT_DIVERGED = 0, 2, 3, 4, 5
 #: exit status when SIGINT arrives before a run could save anything to resume
 EXIT_SIGINT = 130
 
@@ -146,6 +146,14 @@ def main(argv=None) -> int:
     except RunInterrupted as err:
         print(f"stopped by {err.signal_name}; {_resume_hint(err.run_dir)}", file=sys.stderr)
         return EXIT_STOPPED
+    except TrainingDiverged as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except OSError as err:  # a run file that cannot be written: a full disk, a lost mount
+        if err.filename is None:
+            raise
+        print(f"error: {err.filename}: {err.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         print("interrupted before training started; nothing to resume (run the command again)",
               file=sys.stderr)

@@ -251,6 +251,24 @@ def test_interrupted_run_exits_4_naming_the_run_directory(signal_name, fake_run,
     assert "<run directory>" not in err
 
 
+def test_diverged_training_exits_5_naming_the_epoch(tmp_path, capsys):
+    """A learning rate that sends the weights to NaN: one line naming the seed, the epoch and
+    what to change (the run directory keeps what was saved), not a traceback."""
+    code, err = run_main(["train", "--config", QUICKSTART, "--seeds", "0,", "--set", "epochs=3",
+                          "variants=null", "lr=1e30", "--out", tmp_path, "--device", "cpu",
+                          "--no-progress", "--quiet"], capsys)
+    assert code == 5 and one_line_error(err), err
+    assert "seed 0] epoch 1/3" in err and "NaN" in err and "train.lr" in err, err
+
+
+def test_a_run_file_that_cannot_be_written_is_one_line(fake_run, tmp_path, capsys):
+    full = tmp_path / "run" / "results.json"
+    fake_run(OSError(28, "No space left on device", str(full)))
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
+    assert code == 2 and one_line_error(err), err
+    assert str(full) in err and "No space left on device" in err
+
+
 def test_resume_passes_restart_corrupt_and_bad_checkpoints_exit_2(fake_run, tmp_path, capsys):
     ckpt = tmp_path / "maxk" / "seed0" / "checkpoint.pt"
     calls = fake_run(CheckpointError(f"{ckpt} cannot be read (truncated); pass "

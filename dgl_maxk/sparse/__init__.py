@@ -4,12 +4,12 @@ It imports only torch and (for graph plans) DGL; the operators of :mod:`dgl_maxk
 backends of :mod:`dgl_maxk.backends` build on it.
 """
 from .cbsr import CBSR, MAX_WIDTH, index_dtype
-from .checks import (check_features, check_k, check_nan_counters, checks_enabled,
+from .checks import (NaNError, check_features, check_k, check_nan_counters, checks_enabled,
                      deferred_checks, input_checks, nan_counters, raise_recorded_checks,
                      recorded_checks)
 from .plan import NORMS, GraphPlan, SampledBlock, check_graph, graph_plan
 
-__all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "check_features", "check_k",
+__all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "NaNError", "check_features", "check_k",
            "check_nan_counters", "checks_enabled", "deferred_checks", "input_checks",
            "nan_counters", "raise_recorded_checks", "recorded_checks", "NORMS", "GraphPlan",
            "SampledBlock", "check_graph", "graph_plan"]

@@ -17,6 +17,11 @@ import numbers
 
 import torch
 
+class NaNError(ValueError):
+    """A NaN in an input, found by a content check: the message names the tensor, the NaN
+    count and the first position."""
+
+
 _ENABLED = contextvars.ContextVar("dgl_maxk_input_checks", default=True)
 _PENDING = contextvars.ContextVar("dgl_maxk_pending_checks", default=None)
 
@@ -99,7 +104,7 @@ def _raise_if_nan(name, shape, count, first, from_end):
     if count:
         first = math.prod(shape) - first if from_end else first
         where = torch.unravel_index(torch.tensor(first), shape)
-        raise ValueError(_nan_message(name, count, [int(i) for i in where]))
+        raise NaNError(_nan_message(name, count, [int(i) for i in where]))
 
 
 def nan_counters(x: torch.Tensor):
@@ -150,4 +155,4 @@ def check_features(name: str, x, rows: int | None = None, nan: bool = True):
         return
     bad = torch.isnan(x)
     if bad.any():
-        raise ValueError(_nan_message(name, int(bad.sum()), bad.nonzero()[0].tolist()))
+        raise NaNError(_nan_message(name, int(bad.sum()), bad.nonzero()[0].tolist()))

@@ -15,11 +15,11 @@
 """
 from .config import (apply_overrides, expand_variants, load_config, parse_assignment,
                      resolve_key, validate_config)
-from .errors import CheckpointError, ConfigError, RunInterrupted
+from .errors import CheckpointError, ConfigError, RunInterrupted, TrainingDiverged
 from .metrics import evaluate
 from .runner import run_experiment, run_seed
 from .step import train_step
 
-__all__ = ["ConfigError", "CheckpointError", "RunInterrupted", "load_config",
+__all__ = ["ConfigError", "CheckpointError", "RunInterrupted", "TrainingDiverged", "load_config",
            "validate_config", "apply_overrides", "expand_variants", "resolve_key",
            "parse_assignment", "run_experiment", "run_seed", "evaluate", "train_step"]

@@ -10,6 +10,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint or run file cannot be read; the message names the file and the way on."""
 
 
+class TrainingDiverged(RuntimeError):
+    """NaN reached the model during training (diverged weights, or NaN in the data); the
+    message names the variant, seed and epoch. Checkpoints saved before it are kept."""
+
+
 class RunInterrupted(Exception):
     """A run stopped on SIGINT/SIGTERM after saving resumable checkpoints.
 

@@ -18,7 +18,8 @@ from .checkpoint import (comparable, inspect_seed, move_aside, own_rng_state, rn
                          save_checkpoint, seed_everything, set_rng_state, write_json)
 from .distributed import (all_gather_object, all_reduce_mean, any_process, data_parallel, rank,
                           synchronize, world_size)
-from .errors import CheckpointError
+from ..sparse import NaNError
+from .errors import CheckpointError, TrainingDiverged
 from .metrics import evaluate
 from .precision import autocast, precision_scope
 from .sampling import epoch_loader, train_epoch
@@ -188,7 +189,13 @@ def _run_epochs(run: _SeedRun, state: dict, ckpt_path: Path, budget, signals, pr
                dynamic_ncols=True)
     try:
         for epoch in range(state["epoch"] + 1, t["epochs"] + 1):
-            row = _timed_epoch(run, epoch, state)
+            try:
+                row = _timed_epoch(run, epoch, state)
+            except NaNError as err:
+                raise TrainingDiverged(
+                    f"{tag}epoch {epoch}/{t['epochs']}: {err}. NaN reached the model: lower "
+                    "train.lr, or look for NaN in the dataset's features; checkpoints saved "
+                    "before this epoch are kept") from None
             if epoch % t["log_every"] == 0 or epoch == t["epochs"]:
                 bar.clear()
                 LOG.info(_epoch_line(tag, row, t["epochs"]))

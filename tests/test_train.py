@@ -144,10 +144,33 @@ def test_finished_run_is_not_rerun(planted, tmp_path):
     assert again == json.loads(json.dumps(first))
 
 
-def test_checkpoint_of_other_config_is_refused(planted, tmp_path):
-    _run(small_config(), planted, tmp_path)
-    with pytest.raises(T.ConfigError, match="another config"):
+def test_checkpoint_of_other_config_is_refused_naming_what_changed(planted, tmp_path):
+    lr = small_config()["train"]["lr"]
+    assert _run(small_config(), planted, tmp_path, budget=runner.Budget(epochs=1)) is None
+    with pytest.raises(T.ConfigError, match=rf"checkpoint.pt was written for another config "
+                                            rf"\(train.lr: {lr} -> 0.02\)"):
         _run(small_config(**{"train.lr": 0.02}), planted, tmp_path)
+
+
+def test_a_finished_result_of_other_config_is_refused(planted, tmp_path):
+    """Without its checkpoint (deleted to save space), a seed's result.json is still checked:
+    a run would otherwise average results of two models."""
+    _run(small_config(), planted, tmp_path)
+    (tmp_path / "checkpoint.pt").unlink()
+    hidden = small_config()["model"]["hidden"]
+    with pytest.raises(T.ConfigError, match=rf"result.json was written for another config "
+                                            rf"\(model.hidden: {hidden} -> 8\)"):
+        _run(small_config(**{"model.hidden": 8}), planted, tmp_path)
+
+
+def test_what_does_not_decide_a_seed_may_change_on_resume(planted, tmp_path):
+    """Other seeds, logging and checkpoint intervals do not change a seed's result: a run
+    may gain seeds, or log differently, when it is resumed."""
+    first = _run(small_config(**{"train.epochs": 3}), planted, tmp_path)
+    again = _run(small_config(**{"train.epochs": 3, "train.seeds": [0, 5],
+                                 "train.log_every": 2, "train.checkpoint_every": 1}),
+                 planted, tmp_path)
+    assert again == json.loads(json.dumps(first))
 
 
 def test_checkpoints_are_atomic(tmp_path, monkeypatch):

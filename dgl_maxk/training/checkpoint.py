@@ -9,6 +9,7 @@ temporary file behind.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -118,6 +119,24 @@ def read_result(path: Path, seed: int, epochs: int) -> dict | None:
     return result if complete else None
 
 
+def config_changes(saved: dict, cfg: dict) -> list[str]:
+    """What differs between a seed file's ``comparable`` config and ``cfg``'s, as
+    'key: saved -> now' (empty when they agree)."""
+    now, saved = _flat(comparable(cfg)), _flat(_normalized(saved))
+    return [f"{key}: {saved.get(key, '(unset)')} -> {now.get(key, '(unset)')}"
+            for key in sorted(set(now) | set(saved)) if now.get(key) != saved.get(key)]
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def comparable(cfg) -> dict:
     """The part of a config that decides a run's result (for resume checks)."""
     keys = ("mode", "dataset", "model", "train") + (("sampling",) if cfg["mode"] == "minibatch"
@@ -126,11 +145,14 @@ def comparable(cfg) -> dict:
 
 
 def _normalized(config: dict) -> dict:
-    """``config`` without what does not decide the result (``sampling.prefetch``: how far
-    ahead batches are made, not which; ``train.cuda_graph``: how the step is launched), and
-    with what older checkpoints left implicit (before ``sampling.sampler`` existed, DGL's
-    sampler sampled)."""
-    config.get("train", {}).pop("cuda_graph", None)
+    """``config`` without what does not decide a seed's result (``sampling.prefetch``: how
+    far ahead batches are made, not which; ``train.cuda_graph``: how the step is launched;
+    which other seeds run, how often to log and to checkpoint), and with what older
+    checkpoints left implicit (before ``sampling.sampler`` existed, DGL's sampler
+    sampled)."""
+    config = copy.deepcopy(config)
+    for key in ("cuda_graph", "seeds", "log_every", "checkpoint_every"):
+        config.get("train", {}).pop(key, None)
     sampling = config.get("sampling")
     if sampling is not None:
         sampling.setdefault("sampler", "dgl")
@@ -154,6 +176,8 @@ def inspect_seed(seed_dir: Path, cfg: dict, seed: int) -> SeedFiles:
     seed_dir = Path(seed_dir)
     ckpt_path = seed_dir / "checkpoint.pt"
     result = read_result(seed_dir / "result.json", seed, cfg["train"]["epochs"])
+    if result is not None and "config" in result:  # (results before 2026-12 hold none)
+        _refuse_changes(seed_dir / "result.json", result["config"], cfg)
     if not ckpt_path.exists():
         return SeedFiles(result=result)
     try:
@@ -161,12 +185,21 @@ def inspect_seed(seed_dir: Path, cfg: dict, seed: int) -> SeedFiles:
     except CheckpointError as err:
         return SeedFiles(result=result) if result is not None else SeedFiles(
             unreadable=str(err))
-    if _normalized(ckpt["config"]) != comparable(cfg) or ckpt["seed"] != seed:
-        raise ConfigError(f"{ckpt_path} was written for another config or seed; "
+    if ckpt["seed"] != seed:
+        raise ConfigError(f"{ckpt_path} was written for seed {ckpt['seed']}, not {seed}; "
                           "refusing to resume from it")
+    _refuse_changes(ckpt_path, ckpt["config"], cfg)
     if ckpt["state"]["finished"] and result is not None:
         return SeedFiles(result=result)
     return SeedFiles(checkpoint=ckpt)
+
+
+def _refuse_changes(path: Path, saved: dict, cfg: dict):
+    changes = config_changes(saved, cfg)
+    if changes:
+        raise ConfigError(f"{path} was written for another config ({'; '.join(changes)}); "
+                          "refusing to resume from it: restore those values in the run's "
+                          "config.yaml, or start a new run")
 
 
 def move_aside(path: Path) -> Path:

@@ -219,6 +219,7 @@ def _seed_result(run: _SeedRun, state: dict) -> dict:
     history, best = state["history"], state["best"]
     return {
         "seed": run.seed, "epochs": state["epoch"], "metric": run.dataset.metric,
+        "config": comparable(run.cfg),  # what a resume checks the result against
         "best_epoch": best["epoch"], "best_val": best["val"],
         "test_at_best_val": best["test"], "train_at_best_val": best["train"],
         "final": {s: history[-1].get(s) for s in ("loss", "train", "val", "test")},

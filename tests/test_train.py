@@ -3,6 +3,7 @@ precision, and the hard edges of a run (corrupt files, signals, budgets)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -203,6 +204,24 @@ def test_experiment_writes_results(tmp_path):
     assert (run_dir / "config.yaml").exists() and (run_dir / "log.txt").exists()
     log = (run_dir / "log.txt").read_text()
     assert log.count("[relu seed 1] epoch") == 3  # one line per epoch
+
+
+def test_a_run_directory_in_use_is_not_resumed(tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    cfg = small_config(**{"train.epochs": 2})
+    part = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True,
+                            stop_after_epochs=1)
+    log = (Path(part["run_dir"]) / "log.txt").read_text()
+    fd = os.open(part["run_dir"], os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a run resuming it would
+        with pytest.raises(T.ConfigError, match="is in use by another dgl_maxk run"):
+            T.run_experiment(device="cpu", resume=part["run_dir"], progress=False, quiet=True)
+    finally:
+        os.close(fd)
+    assert (Path(part["run_dir"]) / "log.txt").read_text() == log
+    assert T.run_experiment(device="cpu", resume=part["run_dir"], progress=False,
+                            quiet=True)["complete"]
 
 
 def test_experiment_stop_and_resume(tmp_path):

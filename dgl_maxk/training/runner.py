@@ -20,6 +20,7 @@ import contextlib
 import datetime as _dt
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -27,6 +28,11 @@ import time
 from pathlib import Path
 
 import yaml
+
+try:
+    import fcntl
+except ImportError:  # Windows: runs are not locked
+    fcntl = None
 
 from .. import data as _data
 from .checkpoint import STOP_SIGNALS, inspect_seed, write_json
@@ -107,7 +113,8 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
         _preflight(run_dir, variants, restart_corrupt)
     else:
         run_dir = _new_run_dir(out, cfg, rank)
-    with _run_log(run_dir, quiet, rank) as stdout, StopSignals() as signals:
+    with _only_run_in(run_dir, rank), _run_log(run_dir, quiet, rank) as stdout, \
+            StopSignals() as signals:
         _log_header(run_dir, dev, world, cfg, variants, loaded)
         started = time.perf_counter()
         try:
@@ -203,6 +210,25 @@ def _preflight(run_dir: Path, variants: dict, restart_corrupt: bool):
             files = inspect_seed(run_dir / vname / f"seed{seed}", vcfg, seed)
             if files.unreadable is not None and not restart_corrupt:
                 raise CheckpointError(files.unreadable)
+
+
+@contextlib.contextmanager
+def _only_run_in(run_dir: Path, rank: int):
+    """Hold the run directory for this run (process 0 of it): two runs resuming one directory
+    would train every seed twice into the same files."""
+    if rank != 0 or fcntl is None:
+        yield
+        return
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{run_dir} is in use by another dgl_maxk run; wait for it to "
+                              "end (or stop it) before resuming") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _new_run_dir(out, cfg, rank) -> Path:

@@ -653,3 +653,33 @@ def test_damaged_ogb_cache_is_named_and_deleting_it_recovers(tmp_path, no_prompt
     cache.unlink()
     again = D.load_dataset("ogbn-arxiv", root=tmp_path)
     assert torch.equal(again.features, first.features)
+
+
+@pytest.mark.parametrize("change", ["same_size", "resized"])
+def test_copy_of_a_read_only_folder_follows_its_changed_files(tmp_path, cache_dir, change, rng):
+    """The copy of a read-only folder is made again when a source file changes, in size or
+    only in its modification time (it was reused by path alone, with the old contents);
+    the stale copy is removed."""
+    folder, features, *_ = write_fake_saint(tmp_path / "ro", "flickr_b05c56ca")
+    folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        first = D.load_dataset("flickr", root=tmp_path / "ro")
+        assert torch.equal(first.features, torch.from_numpy(features))
+        [copy] = cache_dir.rglob("flickr_b05c56ca")
+        processed = (copy / "dgl_graph.bin").stat().st_mtime_ns
+        D.load_dataset("flickr", root=tmp_path / "ro")  # unchanged: the same copy, as it was
+        assert (copy / "dgl_graph.bin").stat().st_mtime_ns == processed
+        width = features.shape[1] + (change == "resized")
+        new = rng.normal(size=(features.shape[0], width)).astype(np.float32)
+        feats = folder / "feats.npy"
+        was = feats.stat()
+        np.save(feats, new)
+        if change == "same_size":  # a later time than a coarse file-system clock may give
+            assert feats.stat().st_size == was.st_size
+            os.utime(feats, ns=(was.st_atime_ns, was.st_mtime_ns + 1_000_000_000))
+        again = D.load_dataset("flickr", root=tmp_path / "ro")
+        assert torch.equal(again.features, torch.from_numpy(new))
+        [fresh] = cache_dir.rglob("flickr_b05c56ca")  # the stale copy is gone
+        assert fresh != copy
+    finally:
+        folder.chmod(0o755)

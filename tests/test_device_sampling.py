@@ -1251,3 +1251,115 @@ def test_the_callers_context_reaches_the_producer_thread():
     assert len(batches) == 4 and seen and all(name == THREAD_NAME and not enabled
                                               for name, enabled in seen)
 
+
+# --------------------------------------------------------------------------- the reference picks
+
+def floyd_picks_one_step_at_a_time(graph_indptr, dst, block_indptr, num_edges, fanout, draws):
+    """The oracle: the reference sampler as it was written first, Floyd's steps one by one
+    over every row (O(fanout^2) comparisons a row)."""
+    n = dst.numel()
+    start = graph_indptr[dst]
+    degree = graph_indptr[dst + 1] - start
+    row = torch.repeat_interleave(torch.arange(n, device=dst.device),
+                                  block_indptr[1:] - block_indptr[:-1], output_size=num_edges)
+    offset = torch.arange(num_edges, device=dst.device) - block_indptr[row]
+    if fanout > 0:
+        top = degree.clamp(min=fanout)[:, None] - fanout + torch.arange(fanout,
+                                                                        device=dst.device)
+        picks = torch.minimum((draws * (top + 1)).long(), top)
+        chosen = torch.empty_like(picks)
+        for j in range(fanout):
+            seen = (chosen[:, :j] == picks[:, j:j + 1]).any(1)
+            chosen[:, j] = torch.where(seen, top[:, j], picks[:, j])
+        offset = torch.where(degree[row] > fanout, chosen[row, offset], offset)
+    return start[row] + offset
+
+
+def awkward_degrees(fanout, n=400):
+    """In-degrees of ``n`` nodes: 0, just below, at and just above the fan-out, small random
+    ones, and hubs far above it, shuffled."""
+    f = max(fanout, 1)
+    special = torch.tensor([0, 0, f - 1, f, f, f + 1, f + 1, f + 2, 2 * f, 3 * f + 7])
+    hubs = torch.randint(4 * f, 4 * f + 3000, (4,))
+    small = torch.randint(0, f + 3, (n - special.numel() - hubs.numel(),))
+    degrees = torch.cat([special, hubs, small])
+    return degrees[torch.randperm(n)]
+
+
+def draws_for(n, fanout, device):
+    """Fresh draws, some of them the largest double below 1 (where u * (top + 1) rounds up
+    to top + 1 for large tops)."""
+    draws = torch.rand(n, fanout, dtype=torch.float64, device=device)
+    draws[torch.rand(n, fanout, device=device) < 0.02] = 1 - 2.0 ** -53
+    return draws
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+@pytest.mark.parametrize("fanout", [-1, 1, 2, 3, 7, 64, 65, 300])
+def test_reference_sampler_picks_what_floyd_one_step_at_a_time_picks(fanout, device):
+    """The vectorised reference returns the positions, in order, of Floyd's steps run one at
+    a time on the same draws (the CUDA kernel's algorithm), on rows of degree 0, at, just
+    above and far above the fan-out; dst repeats some nodes and leaves others out."""
+    degrees = awkward_degrees(fanout)
+    graph_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), degrees.cumsum(0)]).to(device)
+    dst = torch.cat([torch.randperm(400)[:300], torch.randint(400, (20,))]).to(device)
+    indptr, num_edges = dgl_maxk.sampling.sampler.block_indptr(graph_indptr, dst, fanout)
+    draws = draws_for(dst.numel(), fanout, device) if fanout > 0 else None
+    args = (graph_indptr, dst, indptr, num_edges, fanout, draws)
+    got = dgl_maxk.backends.reference.sample_neighbors(*args)
+    assert got.dtype == torch.int64 and torch.equal(got, floyd_picks_one_step_at_a_time(*args))
+
+
+@pytest.mark.parametrize("fanout", [1, 2, 5, 40])
+def test_reference_sampler_on_rows_just_above_the_fanout_with_colliding_draws(fanout):
+    """Rows of degree fanout + 1 or + 2 with draws from a handful of values: nearly every
+    step collides, so the chains of collisions are long."""
+    degrees = fanout + torch.randint(1, 3, (200,))
+    graph_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), degrees.cumsum(0)])
+    dst = torch.randperm(200)
+    indptr, num_edges = dgl_maxk.sampling.sampler.block_indptr(graph_indptr, dst, fanout)
+    draws = torch.randint(0, 4, (200, fanout)).double() / 4
+    args = (graph_indptr, dst, indptr, num_edges, fanout, draws)
+    got = dgl_maxk.backends.reference.sample_neighbors(*args)
+    assert torch.equal(got, floyd_picks_one_step_at_a_time(*args))
+    row = torch.repeat_interleave(torch.arange(200), indptr.diff())
+    assert ((got >= graph_indptr[dst][row]) & (got < graph_indptr[dst + 1][row])).all()
+    assert got.unique().numel() == got.numel()
+
+
+@pytest.mark.parametrize("fanout", [2, 3, 40, 300, 1000])
+def test_reference_sampler_on_the_longest_chain_of_collisions(fanout):
+    """Steps 0 and 1 draw 0, each later step j draws top_(j - 1): step 1 repeats step 0,
+    and each later step collides because the one before did (a chain through every step),
+    on rows of random degrees above the fan-out."""
+    degrees = fanout + torch.randint(1, 3 * fanout, (50,))
+    graph_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), degrees.cumsum(0)])
+    dst = torch.randperm(50)
+    indptr, num_edges = dgl_maxk.sampling.sampler.block_indptr(graph_indptr, dst, fanout)
+    top = (degrees[dst] - fanout)[:, None] + torch.arange(fanout)
+    draws = ((top - 0.5) / (top + 1)).double()
+    draws[:, :2] = 0
+    args = (graph_indptr, dst, indptr, num_edges, fanout, draws)
+    got = dgl_maxk.backends.reference.sample_neighbors(*args)
+    assert torch.equal(got, floyd_picks_one_step_at_a_time(*args))
+
+
+def test_reference_sampler_is_fast_when_the_fanout_is_far_above_every_degree():
+    """A fan-out of 10,000 over in-degrees near 8 takes every in-edge without drawing: the
+    first reference took O(fanout^2) a batch (seconds here)."""
+    import time
+
+    n, fanout = 2000, 10_000
+    g = dgl.rand_graph(n, 8 * n)
+    graph = DeviceGraph.from_dgl(g, "cpu")
+    dst = torch.randperm(n)[:64]
+    indptr, num_edges = dgl_maxk.sampling.sampler.block_indptr(graph.indptr, dst, fanout)
+    draws = torch.rand(dst.numel(), fanout, dtype=torch.float64)
+    began = time.perf_counter()
+    got = dgl_maxk.backends.reference.sample_neighbors(graph.indptr, dst, indptr, num_edges,
+                                                       fanout, draws)
+    elapsed = time.perf_counter() - began
+    starts = graph.indptr[dst]
+    row = torch.repeat_interleave(torch.arange(dst.numel()), indptr.diff())
+    assert torch.equal(got, starts[row] + torch.arange(num_edges) - indptr[row])
+    assert elapsed < 1.0, f"{elapsed:.2f} s"

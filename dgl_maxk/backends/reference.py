@@ -197,11 +197,12 @@ def sddmm(plan, grad_y, x):
 def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
     """The sampled in-edges of each node of ``dst`` as positions (int64) in the graph's
     in-edge CSR ``graph_indptr``, in the order of the block's CSR ``block_indptr``
-    (``num_edges`` entries): all of a node's in-edges when its in-degree is at most
-    ``fanout`` (or ``fanout`` < 0), else the uniform
+    (``num_edges`` entries, min(in-degree, ``fanout``) a row): all of a node's in-edges when
+    its in-degree is at most ``fanout`` (or ``fanout`` < 0), else the uniform
     ``fanout``-subset that Floyd's algorithm picks with the row's ``draws`` (n x fanout,
     float64 in [0, 1)): step j draws t = floor(u_j * (top + 1)) with top = degree - fanout + j,
-    and keeps top instead when t was drawn before.
+    and keeps top instead when t was drawn before. Only the rows above the fan-out are drawn
+    for, in O(fanout log fanout) each, without reading anything back to the host.
     """
     n = dst.numel()
     start = graph_indptr[dst]
@@ -209,13 +210,39 @@ def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: in
     row = torch.repeat_interleave(torch.arange(n, device=dst.device),
                                   block_indptr[1:] - block_indptr[:-1], output_size=num_edges)
     offset = torch.arange(num_edges, device=dst.device) - block_indptr[row]
-    if fanout > 0:
-        top = degree.clamp(min=fanout)[:, None] - fanout + torch.arange(fanout,
-                                                                        device=dst.device)
-        picks = torch.minimum((draws * (top + 1)).long(), top)
-        chosen = torch.empty_like(picks)
-        for j in range(fanout):
-            seen = (chosen[:, :j] == picks[:, j:j + 1]).any(1)
-            chosen[:, j] = torch.where(seen, top[:, j], picks[:, j])
-        offset = torch.where(degree[row] > fanout, chosen[row, offset], offset)
+    # each row above the fan-out holds exactly fanout of the block's entries
+    max_sampled = min(n, num_edges // fanout) if fanout > 0 else 0
+    if max_sampled == 0:
+        return start[row] + offset
+    sampled = degree > fanout
+    count = torch.cumsum(sampled, 0)
+    # the s-th sampled row is the first whose running count reaches s; slots past the last
+    # sampled row hold the last row, whose picks no entry reads
+    rows = torch.searchsorted(count, torch.arange(1, max_sampled + 1, device=dst.device))
+    rows = rows.clamp(max=n - 1)
+    chosen = _floyd_picks(degree[rows].clamp(min=fanout), draws[rows], fanout)
+    offset = torch.where(sampled[row], chosen[(count[row] - 1).clamp(min=0), offset], offset)
     return start[row] + offset
+
+
+def _floyd_picks(degree, draws, fanout: int):
+    """Floyd's picks (rows x fanout) for rows of ``degree`` >= ``fanout``, all steps at once.
+
+    The set after steps 0..j-1 is every value drawn so far plus top_i of each step i < j that
+    collided, as top_i exceeds all earlier values. So step j collides when its draw t repeats
+    an earlier draw, or t = top_i (i = t - top_0 < j) and step i collided: an OR along a chain
+    of earlier steps, which pointer jumping resolves in ceil(log2(fanout)) rounds.
+    """
+    step = torch.arange(fanout, device=degree.device)
+    top = degree[:, None] - fanout + step
+    drawn = torch.minimum((draws * (top + 1)).long(), top)
+    # repeats of an earlier draw: equal neighbours in a stable sort, all but the first
+    ordered, order = torch.sort(drawn, dim=1, stable=True)
+    collided = torch.zeros_like(drawn, dtype=torch.bool).scatter_(
+        1, order[:, 1:], ordered[:, 1:] == ordered[:, :-1])
+    earlier = drawn - top[:, :1]
+    link = torch.where((earlier >= 0) & (earlier < step), earlier, step)
+    for _ in range((fanout - 1).bit_length()):
+        collided |= collided.gather(1, link)
+        link = link.gather(1, link)
+    return torch.where(collided, top, drawn)

@@ -4,7 +4,8 @@ layouts DGL and OGB read offline), the presence check that fails fast with
 
 The data root is the ``root`` argument, else ``$DGL_MAXK_DATA``, else ``./data``. DGL and OGB
 write processed caches next to the raw files: when that folder is not writable, the raw files
-are first copied to ``$DGL_MAXK_CACHE`` (default: ``dgl_maxk_cache`` in the temp directory).
+are first copied to ``$DGL_MAXK_CACHE`` (default: ``dgl_maxk_cache`` in the temp directory),
+again whenever the source files' sizes or modification times change.
 """
 from __future__ import annotations
 
@@ -184,22 +185,46 @@ def _can_write(folder: Path) -> bool:
 def writable_parent(folder: Path, has_cache: bool) -> Path:
     """The directory to hand to DGL/OGB as the parent of ``folder``: its real parent when
     the loader can write its processed cache there (or already has it), else the cache root
-    after copying ``folder`` into it (once)."""
+    after copying ``folder`` into it. A copy is made once per state of the source's files
+    (paths, sizes, modification times): a changed or replaced source file gets a fresh copy,
+    and the copies of the source's earlier states are deleted then."""
     if has_cache or _can_write(folder):
         return folder.parent
-    # one cache folder per source folder, keeping the name DGL/OGB look for
-    tag = hashlib.sha1(str(folder.resolve()).encode("utf-8")).hexdigest()[:10]
-    target = _cache_root() / tag / folder.name
+    # the copies of one source folder side by side, each keeping the name DGL/OGB look for
+    copies = _cache_root() / hashlib.sha1(str(folder.resolve()).encode("utf-8")).hexdigest()[:10]
+    target = copies / _files_stamp(folder) / folder.name
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=target.parent))
-        shutil.copytree(folder, partial / folder.name)
-        for sub in (partial / folder.name).rglob("*"):
-            sub.chmod(sub.stat().st_mode | 0o200)
-        (partial / folder.name).chmod(0o755)
-        try:
-            os.replace(partial / folder.name, target)
-        except OSError:  # another process finished first
-            pass
-        shutil.rmtree(partial, ignore_errors=True)
+        _copy_writable(folder, target)
+        # a run loading from an earlier copy at this moment loses it: only a run that began
+        # before the source changed, whose copy is stale
+        for stale in copies.iterdir():
+            if stale != target.parent:
+                shutil.rmtree(stale, ignore_errors=True)
     return target.parent
+
+
+def _files_stamp(folder: Path) -> str:
+    """A digest of the relative path, size and modification time of every file in
+    ``folder``: it changes when a file is rewritten, touched, added or removed."""
+    digest = hashlib.sha1()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        info = path.stat()
+        digest.update(f"{path.relative_to(folder)}\0{info.st_size}\0{info.st_mtime_ns}\n"
+                      .encode("utf-8"))
+    return digest.hexdigest()[:10]
+
+
+def _copy_writable(folder: Path, target: Path) -> None:
+    """Copy ``folder`` to ``target``, writable, atomically (another process copying the same
+    folder at once may finish first: its copy is kept)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=target.parent))
+    shutil.copytree(folder, partial / folder.name)
+    for sub in (partial / folder.name).rglob("*"):
+        sub.chmod(sub.stat().st_mode | 0o200)
+    (partial / folder.name).chmod(0o755)
+    try:
+        os.replace(partial / folder.name, target)
+    except OSError:  # another process finished first
+        pass
+    shutil.rmtree(partial, ignore_errors=True)

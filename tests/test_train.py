@@ -231,6 +231,9 @@ def test_experiment_stop_and_resume(tmp_path):
     assert not part["complete"]
     full = T.run_experiment(device="cpu", resume=part["run_dir"], progress=False, quiet=True)
     assert full["complete"]
+    # the run's wall time covers every call (a resume that finds it finished adds its own)
+    again = T.run_experiment(device="cpu", resume=part["run_dir"], progress=False, quiet=True)
+    assert again["wall_seconds"] > full["wall_seconds"] > part["wall_seconds"] > 0
     ref = T.run_experiment(cfg, device="cpu", out=tmp_path / "ref", progress=False,
                            quiet=True)
     (v_full,), (v_ref,) = full["variants"].values(), ref["variants"].values()

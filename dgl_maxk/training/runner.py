@@ -116,7 +116,8 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
     with _only_run_in(run_dir, rank), _run_log(run_dir, quiet, rank) as stdout, \
             StopSignals() as signals:
         _log_header(run_dir, dev, world, cfg, variants, loaded)
-        started = time.perf_counter()
+        # a resumed run's wall time adds this call's to its earlier calls'
+        started = time.perf_counter() - _earlier_wall_seconds(run_dir)
         try:
             per_variant, complete = _train_variants(variants, cache, run_dir, dev, budget,
                                                     signals, progress and rank == 0,
@@ -210,6 +211,14 @@ def _preflight(run_dir: Path, variants: dict, restart_corrupt: bool):
             files = inspect_seed(run_dir / vname / f"seed{seed}", vcfg, seed)
             if files.unreadable is not None and not restart_corrupt:
                 raise CheckpointError(files.unreadable)
+
+
+def _earlier_wall_seconds(run_dir: Path) -> float:
+    try:
+        seconds = json.loads((run_dir / "results.json").read_text())["wall_seconds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+    return float(seconds) if isinstance(seconds, (int, float)) else 0.0
 
 
 @contextlib.contextmanager

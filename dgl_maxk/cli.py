@@ -36,14 +36,15 @@ EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED, EXIT_DIVERGED = 0, 2, 3, 4, 5
 EXIT_SIGINT = 130
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """Argument errors in one line, like every other error of the command line."""
 
     def error(self, message):
         self.exit(EXIT_CONFIG, f"error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argument that must be a positive integer, for argparse."""
     try:
         value = int(text)
     except ValueError:
@@ -71,7 +72,8 @@ def seeds_argument(text: str):
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _device(text: str) -> str:
+def device_argument(text: str) -> str:
+    """``--device``: auto, cpu, cuda or cuda:N of this machine, for argparse."""
     if text == "auto":
         return text
     try:
@@ -89,7 +91,7 @@ def _device(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m dgl_maxk", description="MaxK-GNN experiments with DGL")
+    parser = Parser(prog="python -m dgl_maxk", description="MaxK-GNN experiments with DGL")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train the models of a config")
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                        action="extend",
                        help="override config keys, e.g. --set k=16 model.layers=3 "
                             "train.lr=0.003 (short names work when unambiguous)")
-    train.add_argument("--device", type=_device, default="auto",
+    train.add_argument("--device", type=device_argument, default="auto",
                        help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
     train.add_argument("--seeds", type=seeds_argument, default=None,
                        help="seeds: a count N (0..N-1) or a list 0,1,2 (replaces train.seeds; "
@@ -110,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--restart-corrupt", action="store_true",
                        help="with --resume: restart from scratch each seed whose checkpoint "
                             "cannot be read (default: stop and name the file)")
-    train.add_argument("--stop-after-epochs", type=_positive_int, default=None, metavar="N",
+    train.add_argument("--stop-after-epochs", type=positive_int, default=None, metavar="N",
                        help="stop (resumably) after N epochs in this call")
     train.add_argument("--time-limit", type=_positive_seconds, default=None,
                        metavar="SECONDS",
@@ -118,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     train.add_argument("--quiet", action="store_true",
                        help="no per-epoch lines on stdout (log.txt still has them)")
-    train.add_argument("--threads", type=_positive_int, default=None,
+    train.add_argument("--threads", type=positive_int, default=None,
                        help="torch CPU threads (torch.set_num_threads)")
 
     val = sub.add_parser("validate", help="check configs without running anything")
@@ -135,29 +137,43 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"train": _train, "validate": _validate, "datasets": _datasets, "env": _env}
+    return run_command(lambda: commands[args.command](args),
+                       "interrupted before training started; nothing to resume (run the "
+                       "command again)")
+
+
+def run_command(command, on_sigint: str) -> int:
+    """``command()``'s exit status, or a known failure's after its one line on stderr
+    (:func:`known_failure`), or 130 after ``on_sigint`` for a Ctrl-C that no run turned into
+    a stop. The scripts report their failures through it too."""
     try:
-        return commands[args.command](args)
-    except (ConfigError, CheckpointError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_CONFIG
-    except DatasetError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_DATA
-    except RunInterrupted as err:
-        print(f"stopped by {err.signal_name}; {_resume_hint(err.run_dir)}", file=sys.stderr)
-        return EXIT_STOPPED
-    except TrainingDiverged as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_DIVERGED
-    except OSError as err:  # a run file that cannot be written: a full disk, a lost mount
-        if err.filename is None:
-            raise
-        print(f"error: {err.filename}: {err.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
+        return command()
     except KeyboardInterrupt:
-        print("interrupted before training started; nothing to resume (run the command again)",
-              file=sys.stderr)
+        print(on_sigint, file=sys.stderr)
         return EXIT_SIGINT
+    except Exception as err:
+        failure = known_failure(err)
+        if failure is None:  # a bug in dgl_maxk: its traceback shows
+            raise
+        status, line = failure
+        print(line, file=sys.stderr)
+        return status
+
+
+def known_failure(err: Exception):
+    """(exit status, the line that says it) for the failures every command reports alike;
+    None for the others."""
+    if isinstance(err, (ConfigError, CheckpointError)):
+        return EXIT_CONFIG, f"error: {err}"
+    if isinstance(err, DatasetError):
+        return EXIT_DATA, f"error: {err}"
+    if isinstance(err, TrainingDiverged):
+        return EXIT_DIVERGED, f"error: {err}"
+    if isinstance(err, RunInterrupted):
+        return EXIT_STOPPED, f"stopped by {err.signal_name}; {_resume_hint(err.run_dir)}"
+    if isinstance(err, OSError) and err.filename is not None:  # a full disk, a lost mount
+        return EXIT_CONFIG, f"error: {err.filename}: {err.strerror}"
+    return None
 
 
 def _resume_hint(run_dir) -> str:

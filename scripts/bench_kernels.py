@@ -58,6 +58,9 @@ GRAPHS = {
     "products": (2_449_029, 123_718_280, None),
     "tiny": (1_000, 20_000, None),
 }
+#: the CPU smoke test's arguments (the reference path on a tiny graph: seconds, not the
+#: many minutes of the default, Reddit- and products-sized graphs on a CPU)
+CPU_SMOKE_ARGS = "--device cpu --graphs tiny --reps 3"
 # (key prefix, name in the tables) of the kernels set against their floors, in table order
 FLOOR_KERNELS = (("fwd", "forward"), ("bwd", "backward"), ("topk", "top-k"),
                  ("sddmm", "sddmm"))
@@ -145,7 +148,10 @@ def parse_args(argv):
     p.add_argument("--floor", action="store_true",
                    help="also time the forward's gathers alone (no accumulation, no output)")
     p.add_argument("--out", default=None, help="JSON output path")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if torch.device(args.device).type == "cuda" and not cuda.available():
+        p.error(f"no CUDA GPU with CuPy: for a smoke test on the CPU, pass {CPU_SMOKE_ARGS}")
+    return args
 
 
 def build_graph(gname, seed, device):
@@ -336,8 +342,6 @@ def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
     gpu = device.type == "cuda"
-    if gpu and not cuda.available():
-        raise SystemExit("no CUDA GPU with CuPy: run with --device cpu for a smoke test")
     impl = cuda if gpu else reference
     flush = torch.empty(64 << 20, device=device) if gpu else None  # 256 MiB > L2
     result = {"device": torch.cuda.get_device_name(device) if gpu else "cpu",

@@ -13,16 +13,24 @@ gradients averaged by DistributedDataParallel, or by the graphed step itself). E
 the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``: with ``--cuda-graph
 on``, the trainer's ``sampling.cuda_graph: true``, the device sampler's full batches replay
 a CUDA graph over padded blocks; the column "step" says what ran), under ``--precision``
-(default tf32, the paper's setting) for every variant alike.
+(default tf32, the paper's setting) for every variant alike. An epoch with fewer batches than
+``--steps`` times all of them (the output says how many).
+
+The arguments are checked (through the trainer's config checks) before any process starts:
+bad ones give one line, ``error: ...``, and exit status 2. A process that fails stops the
+others and ends the benchmark with its error, after its traceback.
 
     python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
-    python scripts/bench_minibatch.py --nodes 20000 --degree 10 --gpus 1 --device cpu --steps 5
+    python scripts/bench_minibatch.py --device cpu --gpus 1 --nodes 20000 --degree 10 \\
+        --batch-size 256 --steps 5                                  # a CPU smoke run
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import queue as queues
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,9 +40,10 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dgl_maxk import envinfo  # noqa: E402
+from dgl_maxk.cli import Parser, positive_int  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
-from dgl_maxk.training import distributed  # noqa: E402
+from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
 from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
@@ -58,16 +67,21 @@ def build_data(args):
 
 
 def worker(rank, world, args, port, queue):
-    """One process: build the data, then time every variant; rank 0 reports each."""
+    """One process: build the data, then time every variant; rank 0 reports each. A failure
+    goes on ``queue`` too (its traceback to stderr), so that the parent stops waiting."""
     # Each process builds the graph itself: forking after torch's OpenMP pool exists can hang
     # DGL's sampler in the child, and pickling a 100M-edge graph to each process is slower.
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    rank, world, device = distributed.init_distributed(torch.device(args.device))
-    with precision_scope(args.precision):
-        time_variants(rank, world, device, args, queue)
-    if world > 1:
-        torch.distributed.destroy_process_group()
+    try:
+        rank, world, device = distributed.init_distributed(torch.device(args.device))
+        with precision_scope(args.precision):
+            time_variants(rank, world, device, args, queue)
+        if world > 1:
+            torch.distributed.destroy_process_group()
+    except BaseException as err:
+        queue.put({"failed_rank": rank, "error": f"{type(err).__name__}: {err}"})
+        raise
 
 
 def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
@@ -112,7 +126,7 @@ def time_variants(rank, world, device, args, queue):
     for sampler, graph_mode in arms(args):
         for variant in args.variants:
             torch.manual_seed(args.seed)
-            k = None if variant == "relu" else int(variant.split("k")[-1])
+            k = variant_k(variant)
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
@@ -125,7 +139,7 @@ def time_variants(rank, world, device, args, queue):
                                  graph_mode == "on")
             seeds = stats["seeds"]
             stats = distributed.all_reduce_mean(stats, device)
-            step = "graphed" if stats["replayed_steps"] == args.steps else (
+            step = "graphed" if stats["replayed_steps"] == stats["steps"] else (
                 "eager" if stats["replayed_steps"] == 0 else "mixed")
             stats.update(sampler=sampler, cuda_graph=graph_mode, step=step, variant=variant,
                          seeds_total=seeds * world,
@@ -134,18 +148,54 @@ def time_variants(rank, world, device, args, queue):
                 queue.put(stats)
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=2_449_029)
+VARIANT_RULE = "relu, or maxk-k<K> for MaxK keeping K of the hidden entries (e.g. maxk-k32)"
+
+
+def variant_name(text: str) -> str:
+    """``--variants``: a name :func:`variant_k` reads, for argparse."""
+    if text != "relu" and not re.fullmatch(r"maxk-k[1-9][0-9]*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a variant: {VARIANT_RULE}")
+    return text
+
+
+def variant_k(name: str) -> int | None:
+    """The k of a variant's MaxK (None: ReLU)."""
+    return None if name == "relu" else int(name.removeprefix("maxk-k"))
+
+
+def as_config(args) -> dict:
+    """The benchmark as the trainer's mini-batch config, so that the trainer's checks see
+    every setting (their messages name config keys: ``dataset.params`` holds --nodes,
+    --degree, --features, --classes and --seed; ``model`` --hidden and --layers;
+    ``sampling`` --fanouts, --batch-size and --prefetch; each variant sets ``model.k``)."""
+    variants = {name: {"model.nonlinearity": "relu"} if variant_k(name) is None
+                else {"model.nonlinearity": "maxk", "model.k": variant_k(name)}
+                for name in args.variants}
+    params = {"num_nodes": args.nodes, "mean_degree": args.degree,
+              "num_features": args.features, "num_classes": args.classes, "seed": args.seed}
+    return {"name": "bench_minibatch", "mode": "minibatch",
+            "dataset": {"name": "powerlaw", "self_loops": False, "params": params},
+            "model": {"name": "sage", "hidden": args.hidden, "layers": args.layers,
+                      "nonlinearity": "relu"},
+            "sampling": {"fanouts": args.fanouts, "batch_size": args.batch_size,
+                         "prefetch": args.prefetch},
+            "train": {"precision": args.precision}, "variants": variants}
+
+
+def parse_args(argv=None):
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=positive_int, default=2_449_029)
     parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
-    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--features", type=positive_int, default=100)
     parser.add_argument("--classes", type=int, default=47)
     parser.add_argument("--train-fraction", type=float, default=0.08)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5])
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--variants", nargs="+", default=["relu", "maxk-k8", "maxk-k32"])
+    parser.add_argument("--hidden", type=positive_int, default=256)
+    parser.add_argument("--layers", type=positive_int, default=3)
+    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5],
+                        help="one per layer, input layer first (-1: all neighbours)")
+    parser.add_argument("--batch-size", type=positive_int, default=1024)
+    parser.add_argument("--variants", type=variant_name, nargs="+",
+                        default=["relu", "maxk-k8", "maxk-k32"], help=VARIANT_RULE)
     parser.add_argument("--samplers", nargs="+", choices=SAMPLERS, default=list(SAMPLERS),
                         help="device: dgl_maxk's sampler on the GPU, ahead of the step; dgl: "
                              "DGL's NeighborSampler on the CPU (default: both, side by side)")
@@ -157,23 +207,51 @@ def parse_args():
                              "sampler's full batches from a CUDA graph over padded blocks; "
                              "off (the trainer's default) runs them eagerly under DDP; give "
                              "both to time the two side by side")
-    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--steps", type=int, default=40, help="timed steps per process")
+    parser.add_argument("--gpus", type=positive_int, nargs="+", default=[1, 2],
+                        help="process counts to time (with --device cpu: CPU processes)")
+    parser.add_argument("--steps", type=positive_int, default=40,
+                        help="timed steps per process")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--breakdown", action="store_true",
                         help="a second pass of --steps steps, synchronising at phase "
                              "boundaries to split the time")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/minibatch")
     parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
                         help="for every variant: fp32, tf32 (TF32 matmuls; the paper's, "
                              "default) or bf16 (TF32 plus bfloat16 autocast)")
-    args = parser.parse_args()
-    if len(args.fanouts) != args.layers:
-        parser.error(f"--fanouts needs one value per layer ({args.layers})")
+    args = parser.parse_args(argv)
+    problem = argument_problem(args)
+    if problem:
+        parser.error(problem)
     return args
 
+
+def argument_problem(args) -> str | None:
+    """What is wrong with ``args`` before any process starts, in one line (None: nothing)."""
+    try:
+        validate_config(as_config(args))
+    except ConfigError as err:
+        return str(err)
+    if args.warmup < 0:
+        return f"argument --warmup: must be >= 0, got {args.warmup}"
+    if Path(args.out).is_file():
+        return f"argument --out: {args.out} is a file; give a directory for the results"
+    if not 0 < args.train_fraction <= 1:
+        return f"argument --train-fraction: must be in (0, 1], got {args.train_fraction:g}"
+    seeds = int(args.nodes * args.train_fraction)
+    if seeds < max(args.gpus):
+        return (f"argument --train-fraction: {args.train_fraction:g} of --nodes {args.nodes} "
+                f"gives {seeds} training seeds; each of the {max(args.gpus)} processes needs "
+                "one at least")
+    if args.device == "cuda":
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if visible == 0:
+            return "no CUDA GPU: pass --device cpu for a CPU smoke run"
+        if min(args.gpus) > visible:
+            return f"argument --gpus: only {visible} CUDA GPU(s) visible"
+    return None
 
 
 def run_world(ctx, world, args, first):
@@ -181,14 +259,13 @@ def run_world(ctx, world, args, first):
     # One share of the cores per process: DGL's sampler (OpenMP) in every process using
     # all cores oversubscribes them. Spawned processes inherit the variable.
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
-    queue = ctx.SimpleQueue()
+    queue = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(r, world, args, 29500 + world, queue))
              for r in range(world)]
     for p in procs:
         p.start()
     rows = []
-    for _ in range(len(arms(args)) * len(args.variants)):
-        stats = queue.get()
+    for stats in worker_results(procs, queue, len(arms(args)) * len(args.variants)):
         sampler, step, variant = stats["sampler"], stats["step"], stats["variant"]
         graph_mode = stats["cuda_graph"]
         nodes, edges, seeds, build_s = stats.pop("graph")
@@ -198,24 +275,73 @@ def run_world(ctx, world, args, first):
                   f"(built in {build_s:.1f} s per process)", flush=True)
         throughput = stats["seeds_total"] / stats["wall_s"]
         row = {"sampler": sampler, "cuda_graph": graph_mode, "step": step, "variant": variant,
-               "gpus": world,
+               "gpus": world, "steps": stats["steps"],
                "throughput_seeds_per_s": throughput,
-               "step_ms": stats["wall_s"] / args.steps * 1e3,
+               "step_ms": stats["wall_s"] / stats["steps"] * 1e3,
                "epoch_s_estimate": seeds / throughput,
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
                "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
         rows.append(row)
         print(f"{sampler:6s} graph {graph_mode:3s} ({step}) {variant:9s} x{world}: "
               f"{throughput:10.0f} seeds/s, "
-              f"{row['step_ms']:.1f} ms/step, epoch ~{row['epoch_s_estimate']:.1f} s"
+              f"{row['step_ms']:.1f} ms/step over {row['steps']:g} steps, "
+              f"epoch ~{row['epoch_s_estimate']:.1f} s"
               + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
                  f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
               flush=True)
     for p in procs:
         p.join()
-    if any(p.exitcode != 0 for p in procs):
-        raise SystemExit(f"a process on {world} device(s) failed")
+    failed = next((rank for rank, p in enumerate(procs) if p.exitcode != 0), None)
+    if failed is not None:
+        raise SystemExit(f"error: process {failed} of {world} exited with status "
+                         f"{procs[failed].exitcode}")
     return rows
+
+
+def worker_results(procs, queue, count):
+    """The ``count`` results rank 0 puts on ``queue``, as they come. The first process to
+    fail stops the others (which would wait in their next collective, and the parent on the
+    queue, for ever) and ends the benchmark with its error."""
+    received = 0
+    while received < count:
+        try:
+            item = queue.get(timeout=1.0)
+        except queues.Empty:
+            dead = [rank for rank, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            if not dead:
+                continue
+            item = last_error(queue) or {"failed_rank": dead[0], "error": "exit status "
+                                         f"{procs[dead[0]].exitcode}"}
+        if "failed_rank" in item:
+            procs[item["failed_rank"]].join(30)  # it is printing its traceback
+            stop(procs)
+            raise SystemExit(f"error: process {item['failed_rank']} of {len(procs)} failed: "
+                             f"{item['error']} (its traceback is above)")
+        received += 1
+        yield item
+
+
+def last_error(queue):
+    """The first failure left on ``queue`` by a process that has exited, or None."""
+    while True:
+        try:
+            item = queue.get(timeout=0.5)
+        except queues.Empty:
+            return None
+        if "failed_rank" in item:
+            return item
+
+
+def stop(procs):
+    """Terminate the processes still running (killed if they ignore it for 10 s)."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def markdown_table(results, args) -> str:
@@ -232,7 +358,7 @@ def markdown_table(results, args) -> str:
                     and all(o[k] == v for k, v in kw.items()))
         one = next((o for o in results if same(o, variant=r["variant"], gpus=1)), None)
         relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)
-        split = " / ".join(f"{r[key] / args.steps * 1e3:.1f}"
+        split = " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
                            for key in ("sample_s", "copy_s", "compute_s"))
         scale = f"{r['throughput_seeds_per_s'] / one['throughput_seeds_per_s']:.2f}x" if one else ""
         vs = (f"{r['throughput_seeds_per_s'] / relu['throughput_seeds_per_s']:.2f}x"

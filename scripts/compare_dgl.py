@@ -27,6 +27,10 @@ plot; ``--profile`` adds a per-operation breakdown of one epoch of each model.
     python scripts/compare_dgl.py --graphs reddit-sized products-sized --out runs/compare
     python scripts/compare_dgl.py --graphs medium --precision bf16
     python scripts/compare_dgl.py --graphs small --device cpu --epochs 3   # a CPU check
+
+As with ``python -m dgl_maxk train``, a failure is one line, ``error: ...``, and the exit
+status says what happened: 2 bad arguments (checked before any work), 3 a dataset missing or
+unreadable (when its turn comes), 130 Ctrl-C.
 """
 from __future__ import annotations
 
@@ -48,8 +52,11 @@ import dgl_maxk  # noqa: E402
 from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
-from dgl_maxk.data import load_dataset  # noqa: E402
-from dgl_maxk.models import build_model  # noqa: E402
+from dgl_maxk.cli import Parser, device_argument, positive_int, run_command  # noqa: E402
+from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E402
+from dgl_maxk.models import MODELS, build_model  # noqa: E402
+from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
+from dgl_maxk.training.distributed import resolve_device  # noqa: E402
 from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
                                          precision_scope)
 from dgl_maxk.training.step import FullGraphStep, make_optimizer  # noqa: E402
@@ -263,17 +270,43 @@ def profile_epoch(model, graph, feats, labels, mask, device, precision):
     return dict(sorted(groups.items(), key=lambda kv: -kv[1]))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graphs", nargs="+", default=["reddit-sized", "products-sized"],
+def graph_name(text: str) -> str:
+    """``--graphs``: a generated graph of :data:`GRAPHS` or a dataset's name, for argparse."""
+    if text in GRAPHS:
+        return text
+    try:
+        return canonical_name(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a generated graph ({', '.join(GRAPHS)}) nor a dataset "
+            f"({', '.join(dataset_names())})") from None
+
+
+def as_config(args) -> dict:
+    """The arms' settings as a training config, so that the trainer's checks see them (their
+    messages name config keys: ``model.hidden`` is --hidden, ``model.dropout`` --dropout,
+    ``model.k`` the largest of --ks, ``dataset.params.seed`` --seed)."""
+    return {"dataset": {"name": "powerlaw", "params": {"seed": args.seed}},
+            "model": {"name": args.models[0], "hidden": args.hidden, "dropout": args.dropout,
+                      "k": max(args.ks)}}
+
+
+def parse_args(argv=None):
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graphs", nargs="+", type=graph_name,
+                        default=["reddit-sized", "products-sized"],
                         help=f"generated graphs {sorted(GRAPHS)} or dataset names in the data root")
-    parser.add_argument("--models", nargs="+", default=["sage", "gcn", "gin"])
-    parser.add_argument("--ks", type=int, nargs="+", default=[8, 16, 32, 64])
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--epochs", type=int, default=10, help="timed epochs per run")
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS),
+                        default=["sage", "gcn", "gin"])
+    parser.add_argument("--ks", type=positive_int, nargs="+", default=[8, 16, 32, 64],
+                        help="MaxK's k values, each <= --hidden")
+    parser.add_argument("--hidden", type=positive_int, default=256)
+    parser.add_argument("--dropout", type=float, default=0.5, help="in [0, 1)")
+    parser.add_argument("--epochs", type=positive_int, default=10,
+                        help="timed epochs per run")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--device", default="auto")
+    parser.add_argument("--device", type=device_argument, default="auto",
+                        help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
     parser.add_argument("--root", default=None, help="data root for real datasets")
     parser.add_argument("--dgl-cpu-max-edges", type=float, default=5e6,
                         help="skip stock DGL on the CPU for graphs with more edges")
@@ -283,9 +316,26 @@ def main():
     parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
                         help="for every arm: fp32, tf32 (TF32 matmuls; the paper's, default) "
                              "or bf16 (TF32 plus bfloat16 autocast)")
-    args = parser.parse_args()
-    with precision_scope(args.precision):
-        run(args)
+    args = parser.parse_args(argv)
+    try:
+        validate_config(as_config(args))
+    except ConfigError as err:
+        parser.error(str(err))
+    if args.warmup < 0:
+        parser.error(f"argument --warmup: must be >= 0, got {args.warmup}")
+    return args
+
+
+def main(argv=None) -> int:
+    """0, or the exit status of ``python -m dgl_maxk train`` for the same failure after one
+    line."""
+    args = parse_args(argv)
+
+    def compare():
+        with precision_scope(args.precision):
+            run(args)
+        return 0
+    return run_command(compare, "interrupted; nothing written")
 
 
 @dataclass
@@ -313,8 +363,7 @@ class GraphCase:
 
 
 def run(args):
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                          if args.device == "auto" else args.device)
+    device = resolve_device(args.device)
     dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
     backend = backends.for_tensor(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
     setup = Setup(args, device, dgl_device,
@@ -496,4 +545,4 @@ def plot(results, path):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,10 +7,16 @@ line).
         --k 8 16 32 64 --hidden 256 64 --seeds 10 --out runs/reproduce
 
 Each (config, hidden size) becomes one run of ``dgl_maxk.training.run_experiment`` whose
-variants are ``relu`` and ``maxk<k>`` for every k <= hidden; its run directory (checkpoints,
+variants are ``relu`` and ``maxk<k>`` for every k; its run directory (checkpoints,
 histories, results.json) lands under ``--out``. The summary files are
 ``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``. ``--precision`` (default tf32,
 the paper's setting) is set as ``train.precision`` of every run, ReLU and MaxK alike.
+
+Arguments, configs and every run's config (each k must fit each hidden size) are checked
+before anything runs. As with ``python -m dgl_maxk train``, a failure is one line,
+``error: ...``, and the exit status says what happened: 2 bad arguments, configs or files,
+3 missing or unreadable data, 4 a run stopped by a signal (resumable with ``python -m
+dgl_maxk train --resume RUN_DIR``), 5 a run diverged to NaN, 130 Ctrl-C outside a run.
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from dgl_maxk import training as T  # noqa: E402
-from dgl_maxk.cli import seeds_argument  # noqa: E402
+from dgl_maxk.cli import (Parser, device_argument, positive_int, run_command,  # noqa: E402
+                          seeds_argument)
 from dgl_maxk.training.checkpoint import write_json  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
@@ -32,20 +39,21 @@ from dgl_maxk.training.report import environment  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", required=True)
-    p.add_argument("--k", nargs="+", type=int, default=[8, 16, 32, 64])
-    p.add_argument("--hidden", nargs="+", type=int, default=None,
+    p.add_argument("--k", nargs="+", type=positive_int, default=[8, 16, 32, 64],
+                   help="MaxK's k values; each must be <= every hidden size")
+    p.add_argument("--hidden", nargs="+", type=positive_int, default=None,
                    help="hidden sizes (default: each config's own)")
     p.add_argument("--seeds", type=seeds_argument, default=3,
                    help="a count N (seeds 0..N-1) or a list 0,1,2")
     p.add_argument("--no-relu", action="store_true", help="skip the ReLU baseline")
     p.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend",
                    help="overrides applied to every config (key=value)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", type=device_argument, default="auto",
+                   help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
     p.add_argument("--out", default="runs/reproduce")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--title", default=None, help="heading of the markdown table")
     p.add_argument("--precision", choices=PRECISIONS, default="tf32",
                    help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
@@ -54,25 +62,41 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    """The exit status of ``python -m dgl_maxk train`` for the same failure, after one line."""
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    # validate everything before running anything
+    return run_command(lambda: reproduce(args),
+                       "interrupted outside a run; no summary written (finished runs are "
+                       f"under {Path(args.out) / 'runs'})")
+
+
+def plan_runs(args) -> list:
+    """(config path, hidden size, validated config) of every run; a ConfigError naming the
+    config, the hidden size and the problem (a k above the hidden size among them)."""
     plans = []
     for path in args.configs:
         base = T.load_config(path, args.overrides)
         for hidden in args.hidden or [base["model"]["hidden"]]:
             variants = {} if args.no_relu else {"relu": {"model.nonlinearity": "relu"}}
             for k in args.k:
-                if k <= hidden:
-                    variants[f"maxk{k}"] = {"model.nonlinearity": "maxk", "model.k": k}
+                variants[f"maxk{k}"] = {"model.nonlinearity": "maxk", "model.k": k}
             cfg = dict(base, variants=variants, name=f"{base['name']}_h{hidden}")
             cfg = T.apply_overrides(cfg, {"model.hidden": hidden,
                                           "model.k": min(base["model"]["k"], hidden),
                                           "train.precision": args.precision})
-            plans.append((path, hidden, T.validate_config(cfg)))
+            try:
+                plans.append((path, hidden, T.validate_config(cfg)))
+            except T.ConfigError as err:
+                raise T.ConfigError(f"{path} with hidden {hidden}: {err}") from None
+    return plans
+
+
+def reproduce(args) -> int:
+    device = resolve_device(args.device)
+    plans = plan_runs(args)  # everything is checked before anything runs
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     cache, rows, runs = {}, [], []
     started = time.perf_counter()
     for path, hidden, cfg in plans:
@@ -92,7 +116,7 @@ def main(argv=None):
     elapsed = time.perf_counter() - started
     summary = {"command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
                "args": vars(args), "rows": rows, "runs": runs, "wall_seconds": elapsed,
-               "environment": environment(resolve_device(args.device), args.precision),
+               "environment": environment(device, args.precision),
                "configs": {str(p): c for p, _, c in plans}}
     write_json(out / "results.json", summary)
     md = markdown_table(rows, args.k, args.title, summary["command"], elapsed, args.precision)

@@ -9,6 +9,7 @@ non-zero if any case is off.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -40,9 +41,17 @@ def by_column(values, indices):
     return values.gather(1, order), indices.gather(1, order)
 
 
-def main():
+def check_arguments(argv=None):
+    """There are no options: --help, else an error for any argument, or without a GPU."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.parse_args(argv)
     if not cuda.available():
-        raise SystemExit("no CUDA GPU with CuPy")
+        parser.error("no CUDA GPU with CuPy: these are checks of the CUDA kernels")
+
+
+def main(argv=None):
+    check_arguments(argv)
     torch.manual_seed(0)
     dev = "cuda"
     bad = 0

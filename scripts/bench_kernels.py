@@ -47,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dgl_maxk import envinfo  # noqa: E402
+from dgl_maxk.cli import Parser, positive_int  # noqa: E402
 from dgl_maxk.backends import cuda, reference  # noqa: E402
 from dgl_maxk.backends.cuda import launch  # noqa: E402
 from dgl_maxk.data import power_law_csr  # noqa: E402
@@ -131,16 +132,34 @@ def l2_bandwidth(device, reps, nbytes=16 << 20, passes=64):
     return passes * nbytes / (ms * 1e-3) / 1e9
 
 
+def graph_list(text: str) -> str:
+    """``--graphs``: names of :data:`GRAPHS` or NODES:EDGES, comma-separated, for argparse."""
+    for name in text.split(","):
+        sizes = name.split(":")
+        if name not in GRAPHS and not (len(sizes) == 2 and all(s.isdigit() and int(s) > 0
+                                                                 for s in sizes)):
+            raise argparse.ArgumentTypeError(f"{name!r} is neither a graph of "
+                                             f"{sorted(GRAPHS)} nor NODES:EDGES")
+    return text
+
+
+def k_list(text: str) -> str:
+    """``--ks``: positive integers, comma-separated, for argparse."""
+    for k in text.split(","):
+        positive_int(k)
+    return text
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--graphs", default="reddit,products",
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--graphs", type=graph_list, default="reddit,products",
                    help="comma list of reddit, products, tiny, or NODES:EDGES")
-    p.add_argument("--d", type=int, default=256)
-    p.add_argument("--ks", default="8,16,32,64")
-    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--d", type=positive_int, default=256)
+    p.add_argument("--ks", type=k_list, default="8,16,32,64", help="comma list, each <= --d")
+    p.add_argument("--reps", type=positive_int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--tune", action="store_true",
                    help="also time kernel variants and edge-group sizes on the first graph")
     p.add_argument("--tune-only", action="store_true",
@@ -149,7 +168,9 @@ def parse_args(argv):
                    help="also time the forward's gathers alone (no accumulation, no output)")
     p.add_argument("--out", default=None, help="JSON output path")
     args = p.parse_args(argv)
-    if torch.device(args.device).type == "cuda" and not cuda.available():
+    if max(int(k) for k in args.ks.split(",")) > args.d:
+        p.error(f"argument --ks: every k must be <= --d {args.d}, got {args.ks}")
+    if args.device == "cuda" and not cuda.available():
         p.error(f"no CUDA GPU with CuPy: for a smoke test on the CPU, pass {CPU_SMOKE_ARGS}")
     return args
 

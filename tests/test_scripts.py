@@ -145,6 +145,16 @@ def test_compare_dgl_bad_input_is_one_line(tmp_path):
         assert_error_line(result, status, word)
 
 
+def test_bench_kernels_bad_input_is_one_line(tmp_path):
+    cases = [(["--device", "foo"], "--device"), (["--ks", "0"], "--ks"),
+             (["--ks", "8,300"], "--d 256"), (["--reps", "0"], "--reps"),
+             (["--graphs", "nope"], "'nope'"), (["--graphs", "10:x"], "'10:x'")]
+    results = run_side_by_side([command("bench_kernels", "--device", "cpu", *args)
+                                for args, _ in cases], tmp_path)
+    for (_, word), result in zip(cases, results):
+        assert_error_line(result, 2, word)
+
+
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

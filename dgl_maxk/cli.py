@@ -16,6 +16,7 @@ continue it (4). Exit status 1 means a bug in dgl_maxk.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -29,7 +30,7 @@ from . import envinfo
 from .data import DatasetError, data_root, dataset_names, layout
 from .training import (CheckpointError, ConfigError, RunInterrupted, TrainingDiverged,
                        load_config, run_experiment)
-from .training.config import TrainConfig, parse_seeds
+from .training.config import TrainConfig, parse_seeds, resolve_key
 
 EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED, EXIT_DIVERGED = 0, 2, 3, 4, 5
 #: exit status when SIGINT arrives before a run could save anything to resume
@@ -131,11 +132,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="versions, CUDA and CuPy status, DGL features unavailable")
     env.add_argument("--json", action="store_true", help="print it as JSON")
+    parser.commands = sub.choices
     return parser
 
 
+def _unrecognized(extra) -> str:
+    """argparse's message for arguments no option takes, with the --set spelling of any
+    that names a config key (``--epochs 3``: ``--set epochs=3``)."""
+    message = f"unrecognized arguments: {' '.join(extra)}"
+    flag = next((e for e in extra if e.startswith("--")), None)
+    if flag is not None:
+        key = flag[2:].split("=")[0]
+        with contextlib.suppress(ConfigError):
+            key = resolve_key(key)
+            message += f"; config keys go through --set, e.g. --set {key}=..."
+    return message
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's parser (argparse's own names the top level's)
+        parser.commands[args.command].error(_unrecognized(extra))
     commands = {"train": _train, "validate": _validate, "datasets": _datasets, "env": _env}
     return run_command(lambda: commands[args.command](args),
                        "interrupted before training started; nothing to resume (run the "

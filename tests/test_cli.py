@@ -251,6 +251,15 @@ def test_interrupted_run_exits_4_naming_the_run_directory(signal_name, fake_run,
     assert "<run directory>" not in err
 
 
+def test_an_unknown_option_is_named_by_its_command_with_the_set_spelling(capsys):
+    code, err = run_main(["train", "--config", QUICKSTART, "--epochs", "3"], capsys)
+    assert code == 2 and one_line_error(err), err
+    assert "--epochs 3" in err and "--set train.epochs=" in err and "train --help" in err
+    code, err = run_main(["validate", QUICKSTART, "--bogus"], capsys)
+    assert code == 2 and one_line_error(err) and "validate --help" in err, err
+    assert "--set" not in err
+
+
 def test_diverged_training_exits_5_naming_the_epoch(tmp_path, capsys):
     """A learning rate that sends the weights to NaN: one line naming the seed, the epoch and
     what to change (the run directory keeps what was saved), not a traceback."""

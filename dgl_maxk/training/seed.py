@@ -14,11 +14,11 @@ from tqdm.auto import tqdm
 
 from ..models import build_model
 from ..sampling import DeviceGraph
+from ..sparse import NaNError
 from .checkpoint import (comparable, inspect_seed, move_aside, own_rng_state, rng_state,
                          save_checkpoint, seed_everything, set_rng_state, write_json)
 from .distributed import (all_gather_object, all_reduce_mean, any_process, data_parallel, rank,
                           synchronize, world_size)
-from ..sparse import NaNError
 from .errors import CheckpointError, TrainingDiverged
 from .metrics import evaluate
 from .precision import autocast, precision_scope

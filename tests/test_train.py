@@ -2,6 +2,7 @@
 precision, and the hard edges of a run (corrupt files, signals, budgets)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -222,6 +223,19 @@ def test_a_run_directory_in_use_is_not_resumed(tmp_path):
     assert (Path(part["run_dir"]) / "log.txt").read_text() == log
     assert T.run_experiment(device="cpu", resume=part["run_dir"], progress=False,
                             quiet=True)["complete"]
+
+
+def test_a_run_directory_that_cannot_be_locked_runs_unlocked(tmp_path, monkeypatch, caplog):
+    """NFS without local locks refuses flock on a directory (EBADF): the run goes on."""
+    pytest.importorskip("fcntl")
+
+    def no_flock(fd, operation):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+    monkeypatch.setattr(runner.fcntl, "flock", no_flock)
+    with caplog.at_level("WARNING"):
+        res = T.run_experiment(small_config(**{"train.epochs": 1}), device="cpu", out=tmp_path,
+                               progress=False, quiet=True)
+    assert res["complete"] and "cannot be locked here (Bad file descriptor)" in caplog.text
 
 
 def test_experiment_stop_and_resume(tmp_path):

@@ -223,21 +223,39 @@ def _earlier_wall_seconds(run_dir: Path) -> float:
 
 @contextlib.contextmanager
 def _only_run_in(run_dir: Path, rank: int):
-    """Hold the run directory for this run (process 0 of it): two runs resuming one directory
-    would train every seed twice into the same files."""
-    if rank != 0 or fcntl is None:
-        yield
-        return
-    fd = os.open(run_dir, os.O_RDONLY)
+    """Hold the run directory for this run (process 0 locks it, every process learns whether
+    it could): two runs resuming one directory would train every seed twice into the same
+    files."""
+    fd, refusal = _lock(run_dir) if rank == 0 else (None, None)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"{run_dir} is in use by another dgl_maxk run; wait for it to "
-                              "end (or stop it) before resuming") from None
+        refusal = broadcast_object(refusal)
+        if refusal is not None:
+            raise ConfigError(refusal)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _lock(run_dir: Path):
+    """(the descriptor holding ``run_dir``'s lock or None, why another run holds it or
+    None). File systems without flock (NFS without local locks, Lustre without the flock
+    option) leave the run unlocked, with a warning."""
+    if fcntl is None:
+        return None, None
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None, (f"{run_dir} is in use by another dgl_maxk run; wait for it to end (or "
+                      "stop it) before resuming")
+    except OSError as err:
+        os.close(fd)
+        LOG.warning(f"{run_dir} cannot be locked here ({err.strerror}): make sure no other "
+                    "run resumes it meanwhile")
+        return None, None
+    return fd, None
 
 
 def _new_run_dir(out, cfg, rank) -> Path:

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+import yaml
 
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk.training import config as C
@@ -288,8 +289,13 @@ def test_a_key_given_twice_is_refused(text, key, line, tmp_path):
         C.apply_overrides({}, ["model={k: 1, k: 2}"])
     anchors = tmp_path / "anchors.yaml"  # a merge key may repeat what it merges
     anchors.write_text("name: a\ndataset: {name: planted}\nbase: &b {name: sage, k: 4}\n"
-                       "model: {<<: *b, k: 8}\n")
-    assert C._read_yaml(anchors)["model"] == {"name": "sage", "k": 8}
+                       "model: {<<: *b, k: 8}\n"
+                       # merged into a node that an alias builds again, before its anchor
+                       "defaults: {inner: &i {<<: *b, k: 2}}\nlater: {<<: *i}\n"
+                       "kinds: {1: a, true: b}\n")  # equal in Python, not in YAML
+    loaded = C._read_yaml(anchors)
+    assert loaded == yaml.safe_load(anchors.read_text())  # what PyYAML makes of merges
+    assert loaded["model"] == {"name": "sage", "k": 8}
 
 
 def test_config_name_defaults_to_the_file_stem(tmp_path):
@@ -351,3 +357,10 @@ def test_an_override_every_variant_sets_again_is_refused(tmp_path):
     assert C.load_config(path, ["k=3"])["model"]["k"] == 3  # variant b keeps it
     cfg = C.load_config(path, ["variants=null", "nonlinearity=relu"])
     assert list(C.expand_variants(cfg)) == ["relu"]
+    # every variant sets k, but at hidden 16 the base (k 32 by default) needs this one
+    ks = tmp_path / "ks.yaml"
+    ks.write_text("name: ks\ndataset: {name: planted}\nmodel: {name: sage, hidden: 64}\n"
+                  "variants:\n  k8: {k: 8}\n  k16: {k: 16}\n")
+    assert C.load_config(ks, ["hidden=16", "k=8"])["model"]["hidden"] == 16
+    with pytest.raises(ConfigError, match="--set k changes nothing"):
+        C.load_config(ks, ["k=8"])

@@ -146,17 +146,19 @@ def comparable(cfg) -> dict:
 
 def _normalized(config: dict) -> dict:
     """``config`` without what does not decide a seed's result (``sampling.prefetch``: how
-    far ahead batches are made, not which; ``train.cuda_graph``: how the step is launched;
-    which other seeds run, how often to log and to checkpoint), and with what older
-    checkpoints left implicit (before ``sampling.sampler`` existed, DGL's sampler
-    sampled)."""
+    far ahead batches are made, not which; ``train.cuda_graph``, ``sampling.cuda_graph``
+    and ``train.sparse_features``: how the step is run; which other seeds run, how often to
+    log and to checkpoint; where the data lies), and with what older checkpoints left
+    implicit (before ``sampling.sampler`` existed, DGL's sampler sampled)."""
     config = copy.deepcopy(config)
-    for key in ("cuda_graph", "seeds", "log_every", "checkpoint_every"):
+    for key in ("cuda_graph", "sparse_features", "seeds", "log_every", "checkpoint_every"):
         config.get("train", {}).pop(key, None)
+    config.get("dataset", {}).pop("root", None)
     sampling = config.get("sampling")
     if sampling is not None:
         sampling.setdefault("sampler", "dgl")
         sampling.pop("prefetch", None)
+        sampling.pop("cuda_graph", None)
     return config
 
 

@@ -361,19 +361,30 @@ class _Loader(yaml.SafeLoader):
     written twice in one mapping, where PyYAML keeps the last one silently (config files and
     overrides alike)."""
 
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            if (not isinstance(key_node, yaml.ScalarNode)
-                    or key_node.tag == "tag:yaml.org,2002:merge"):  # '<<' may repeat keys
-                continue
-            key = self.construct_object(key_node)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key '{key}' is given twice in one mapping (the first "
-                    "would be ignored)", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._checked = set()
+
+    def flatten_mapping(self, node):
+        # each mapping as written, once: PyYAML expands its merge keys ('<<', which may
+        # repeat what they merge) into the node itself, and an alias builds it again
+        if id(node) not in self._checked:
+            self._checked.add(id(node))
+            _refuse_repeated_keys(self, node)
+        super().flatten_mapping(node)
+
+
+def _refuse_repeated_keys(loader, node):
+    seen = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = (key_node.tag, loader.construct_object(key_node))  # 1 and true differ
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key '{key[1]}' is given twice in one mapping (the first "
+                "would be ignored)", key_node.start_mark)
+        seen.add(key)
 
 
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,
@@ -441,27 +452,38 @@ def _read_yaml(path: Path) -> dict:
 
 def load_config(path, overrides=None) -> dict:
     """Read a YAML config, apply overrides and validate it (see :func:`validate_config`).
-    An override that every variant of the config sets again is refused: it would change
-    nothing."""
+    An override that every variant of the config sets again is refused where the config
+    is valid without it: it would change nothing."""
     path = Path(path)
-    cfg = apply_overrides(_read_yaml(path), overrides)
-    if not cfg.get("name"):
-        cfg["name"] = path.stem
-    cfg = validate_config(cfg)
-    _check_overrides_reach_a_variant(cfg, overrides)
-    return cfg
-
-
-def _check_overrides_reach_a_variant(cfg: dict, overrides):
+    raw = _read_yaml(path)
+    cfg = _with_overrides(raw, overrides, path)
+    assignments = list(_assignments(overrides))
     variants = cfg.get("variants") or {}
-    for key, _ in _assignments(overrides):
+    for key, _ in assignments:
         full = resolve_key(key)
         setters = [name for name, changes in variants.items()
                    if any(resolve_key(k) == full for k in changes or {})]
-        if variants and len(setters) == len(variants):
+        if variants and len(setters) == len(variants) and _valid(
+                raw, [(k, v) for k, v in assignments if resolve_key(k) != full], path):
             raise ConfigError(f"--set {key} changes nothing: every variant of this config "
                               f"sets '{full}' itself ({', '.join(setters)}); to train one "
                               f"setting, add --set variants=null")
+    return cfg
+
+
+def _with_overrides(raw: dict, overrides, path: Path) -> dict:
+    cfg = apply_overrides(raw, overrides)
+    if not cfg.get("name"):
+        cfg["name"] = path.stem
+    return validate_config(cfg)
+
+
+def _valid(raw: dict, assignments, path: Path) -> bool:
+    try:
+        _with_overrides(raw, dict(assignments), path)
+    except ConfigError:
+        return False
+    return True
 
 
 def _validate_single(cfg: dict) -> dict:

@@ -275,6 +275,17 @@ def test_gin_parity(agg, apply_func, learn_eps, weighted, h):
                  f"GIN {agg} {apply_func} {learn_eps}")
 
 
+@pytest.mark.parametrize("apply_func", (False, True), ids=("no_func", "tanh"))
+@pytest.mark.parametrize("agg", ("sum", "mean", "max"))
+def test_gin_takes_one_dimensional_features_as_dgl(agg, apply_func, h):
+    """DGL's GINConv takes (N,) features as one column and returns (N,) rows."""
+    g = graph_with_empty_rows(h)
+    stock, ours = twins("GINConv", nn.Tanh() if apply_func else None, agg, learn_eps=True)
+    x = torch.randn(g.num_nodes(), dtype=torch.float64)
+    compare_runs(lambda f: stock(g, f), lambda f: ours(g, f), named_params(stock),
+                 named_params(ours), x, f"GIN {agg} on 1-D features")
+
+
 @pytest.mark.parametrize("agg", ("sum", "mean", "max"))
 def test_gin_parity_pair_and_state_dict_from_ours(agg, h):
     g = h.make_graph("bipartite")

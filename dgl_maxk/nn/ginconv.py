@@ -15,6 +15,11 @@ def _width(feat) -> int:
     return x.shape[-1]
 
 
+def _each(feat, fn):
+    """``fn`` of the features, or of each of a (source, destination) pair."""
+    return tuple(fn(f) for f in feat) if isinstance(feat, tuple) else fn(feat)
+
+
 class GINConv(dgl.nn.GINConv):
     r"""Graph isomorphism network layer (Xu et al., 2019), a drop-in replacement for
     ``dgl.nn.GINConv`` whose aggregation runs on MaxK-sparse (CBSR) features.
@@ -78,9 +83,16 @@ class GINConv(dgl.nn.GINConv):
 
     def forward(self, graph, feat, edge_weight=None):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
-        matrix, or a (source, destination) pair of them. Returns (N_dst, D_out)."""
+        matrix, or a (source, destination) pair of them. Returns (N_dst, D_out). As in DGL,
+        1-D features (N,) are one column, and give (N_dst,) rows to ``apply_func``."""
+        vector = all(isinstance(f, torch.Tensor) and f.dim() == 1
+                     for f in (feat if isinstance(feat, tuple) else (feat,)))
+        if vector:
+            feat = _each(feat, lambda f: f.unsqueeze(-1))
         if self._aggregator_type == "max":
             feat = check_dgl_path(graph, feat, edge_weight)
+            if vector:  # DGL's code on the rows as given
+                feat = _each(feat, lambda f: f.squeeze(-1))
             return super().forward(graph, feat, edge_weight)
         k = self.k
         if self._k_installed and k is not None and not installed_k_applies(k, [_width(feat)]):
@@ -94,6 +106,8 @@ class GINConv(dgl.nn.GINConv):
             rst = neigh.scatter_add_(1, dst.indices.long(), scale * dst.values)
         else:
             rst = scale * dense(dst) + neigh
+        if vector:
+            rst = rst.squeeze(-1)
         if self.apply_func is not None:
             rst = self.apply_func(rst)
         if self.activation is not None:

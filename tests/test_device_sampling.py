@@ -958,6 +958,18 @@ def test_runner_trains_on_the_configured_sampler(sampler, planted, tmp_path, mon
 
 
 @pytest.mark.parametrize("sampler", ["device", "dgl"])
+def test_a_cuda_graph_that_cannot_apply_says_so(sampler, planted, tmp_path, caplog):
+    """Asked for on the CPU (or with DGL's sampler), sampling.cuda_graph runs eagerly: the
+    run says so rather than ignore the setting silently."""
+    cfg = small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, 4],
+                          "sampling.batch_size": 64, "sampling.sampler": sampler,
+                          "sampling.cuda_graph": True})
+    with caplog.at_level("WARNING"):
+        T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False)
+    assert "sampling.cuda_graph applies to the device sampler on a GPU" in caplog.text
+
+
+@pytest.mark.parametrize("sampler", ["device", "dgl"])
 def test_cli_minibatch_run_finishes_with_either_sampler(sampler, tmp_path):
     out = tmp_path / "runs"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),

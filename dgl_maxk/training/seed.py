@@ -121,6 +121,10 @@ class _SeedRun:
         else:
             sampling = self.cfg["sampling"]
             if self.sampled_step is None:
+                if sampling["cuda_graph"] and (self.device.type != "cuda"
+                                               or sampling["sampler"] != "device"):
+                    LOG.warning("sampling.cuda_graph applies to the device sampler on a GPU; "
+                                "this run's steps are eager")
                 self.sampled_step = SampledStep(
                     self.train_model, self.optimizer, sampling["fanouts"],
                     sampling["batch_size"], self.graph.num_nodes(),

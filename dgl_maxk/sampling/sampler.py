@@ -111,9 +111,8 @@ def check_seeds(seeds, num_nodes: int, scan: bool = True) -> torch.Tensor:
         raise ValueError(f"seeds must be 1-d, got shape {tuple(seeds.shape)}")
     seeds = seeds.to(torch.int64)
     if scan and seeds.numel():
-        low, high, distinct = torch.stack([seeds.min(), seeds.max(),
-                                           torch.tensor(torch.unique(seeds).numel(),
-                                                        device=seeds.device)]).tolist()
+        distinct = torch.unique(seeds).numel()
+        low, high = torch.stack([seeds.min(), seeds.max()]).tolist()
         if distinct != seeds.numel():
             raise ValueError(f"seeds must not repeat: {seeds.numel() - distinct} repeated "
                              "node id(s)")

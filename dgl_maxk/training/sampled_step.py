@@ -212,7 +212,6 @@ class SampledStep:
         trained = trained_parameters(self.model, self.optimizer)
         if self._grads is None or self._grads_for != trained:
             self._replay, self._warm = None, False
-            self.optimizer.zero_grad(set_to_none=True)
             for p in self.model.parameters():
                 p.grad = None
             self._grads_for = trained

@@ -9,8 +9,11 @@ them.
 
 Padding keeps each block a valid CSR within the sampler's degree bound, both ways. The
 real destination rows come first with their edges; padding rows after them take the
-remaining edge slots, at most a fan-out each, from padding source rows at the end, each the
-source of at most a fan-out of them (the transposed CSR has no long row either). Real rows
+remaining edge slots, at most a fan-out each, from the source rows right after the real
+ones, each the source of at most a fan-out of them (the transposed CSR has no long row
+either). Those padding sources sit right after the real ones so that the transposed CSR's
+empty rows all come last: cuSPARSE's SpMM (ReLU's backward) took 80x as long with a run of
+empty rows between the real source rows and padding ones (H200, BENCHMARKS.md). Real rows
 read only real rows, and the loss is taken over the real seeds, so the real rows compute
 what they would unpadded, and the padding rows add nothing to the gradients.
 """
@@ -38,11 +41,11 @@ class PaddedBatch:
 
     Layer l holds ``dst_cap[l]`` destination rows (twice the most a batch can have: the
     other half holds padding edges), ``edge_cap[l]`` edges and ``src_cap[l]`` source rows
-    (the last ``dst_bound[l]`` for padding edges); the features have ``src_cap[0]`` rows and
-    the labels ``batch_size``. :meth:`fits` says whether a batch can be copied in,
-    :meth:`load` copies it (a few small kernels per layer, no host synchronisation),
-    :meth:`blocks` makes the blocks over the fixed tensors (inside a capture, so that their
-    plans are rebuilt at every replay).
+    (padding edges come from the ``dst_bound[l]`` right after the real ones); the features
+    have ``src_cap[0]`` rows and the labels ``batch_size``. :meth:`fits` says whether a
+    batch can be copied in, :meth:`load` copies it (a few small kernels per layer, no host
+    synchronisation), :meth:`blocks` makes the blocks over the fixed tensors (inside a
+    capture, so that their plans are rebuilt at every replay).
     """
 
     def __init__(self, fanouts, batch_size, num_nodes, features, labels):
@@ -59,17 +62,18 @@ class PaddedBatch:
         self.indices = [torch.empty(e, dtype=torch.int64, device=device)
                         for e in self.edge_cap]
         # edge slots after the real ones: padding row i ends f * (i + 1) entries later, and
-        # padding edge j comes from source row src_cap - 1 - j // f
+        # padding edge j comes from source row (real source rows) + j % dst_bound: distinct
+        # sources within a row, at most f edges a source
         self._slots = [torch.arange(1, c + 1, device=device) * f
                        for c, f in zip(self.dst_cap, self.fanouts)]
-        self._sources = [src - 1 - torch.arange(e, device=device) // f
-                         for src, e, f in zip(self.src_cap, self.edge_cap, self.fanouts)]
+        self._sources = [torch.arange(e, device=device) % dst
+                         for e, dst in zip(self.edge_cap, self.dst_bound)]
         self.features = torch.zeros((self.src_cap[0],) + features.shape[1:],
                                     dtype=features.dtype, device=device)
         self.labels = torch.zeros((self.batch_size,) + labels.shape[1:], dtype=labels.dtype,
                                   device=device)
         for layer in range(len(self.fanouts)):  # all padding until a batch is loaded
-            self._load_layer(layer, self.indptr[layer][:1], self.indices[layer][:0], 0)
+            self._load_layer(layer, self.indptr[layer][:1], self.indices[layer][:0], 0, 0)
 
     def fits(self, blocks, features, labels) -> bool:
         """Whether this batch can be copied in: a full batch of the device sampler's blocks
@@ -88,12 +92,13 @@ class PaddedBatch:
     def load(self, blocks, features, labels):
         """Copy a batch that :meth:`fits` into the fixed tensors."""
         for layer, block in enumerate(blocks):
-            self._load_layer(layer, block.plan.indptr, block.plan.indices, block.num_edges())
+            self._load_layer(layer, block.plan.indptr, block.plan.indices, block.num_edges(),
+                             block.num_src_nodes())
         self.features[:features.shape[0]].copy_(features)
         self.features[features.shape[0]:].zero_()  # no earlier batch's rows (nor their NaN)
         self.labels.copy_(labels)
 
-    def _load_layer(self, layer, indptr, indices, num_edges):
+    def _load_layer(self, layer, indptr, indices, num_edges, num_src):
         rows = indptr.numel() - 1
         fixed_indptr, fixed_indices = self.indptr[layer], self.indices[layer]
         fixed_indptr[:rows + 1].copy_(indptr)
@@ -101,7 +106,8 @@ class PaddedBatch:
         torch.add(self._slots[layer][:padding.numel()], num_edges, out=padding)
         padding.clamp_(max=self.edge_cap[layer])
         fixed_indices[:num_edges].copy_(indices)
-        fixed_indices[num_edges:].copy_(self._sources[layer][:self.edge_cap[layer] - num_edges])
+        torch.add(self._sources[layer][:self.edge_cap[layer] - num_edges], num_src,
+                  out=fixed_indices[num_edges:])
 
     def blocks(self):
         """The loaded batch's blocks, fixed sizes (new plans: build them where they are

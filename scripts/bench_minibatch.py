@@ -10,9 +10,10 @@ The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.S
 with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
 of the package index). Processes are forked, one per GPU, and joined through NCCL (the
 gradients averaged by DistributedDataParallel, or by the graphed step itself). Each step is
-the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``: with ``--cuda-graph
-on``, the trainer's ``sampling.cuda_graph: true``, the device sampler's full batches replay
-a CUDA graph over padded blocks; the column "step" says what ran), under ``--precision``
+the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``, with ``--cuda-graph`` as
+the trainer's ``sampling.cuda_graph``: on, or auto (the default) for MaxK in one process, the
+device sampler's full batches replay a CUDA graph over padded blocks; the column "step"
+says what ran), under ``--precision``
 (default tf32, the paper's setting) for every variant alike. An epoch with fewer batches than
 ``--steps`` times all of them (the output says how many).
 
@@ -46,7 +47,8 @@ from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
-from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
+from dgl_maxk.training.sampling import (SAMPLERS, epoch_loader, graphs_batches,  # noqa: E402
+                                        train_epoch)
 from dgl_maxk.training.sampled_step import SampledStep  # noqa: E402
 from dgl_maxk.training.step import make_optimizer  # noqa: E402
 
@@ -110,9 +112,11 @@ def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
 
 
 def arms(args):
-    """(sampler, sampling.cuda_graph) pairs to time; DGL's blocks run eagerly either way."""
+    """(sampler, --cuda-graph) pairs to time; DGL's blocks run eagerly whatever the mode, so
+    they are timed once."""
+    dgl_mode = next(m for m in GRAPH_SETTINGS if m in args.cuda_graph)
     return [(sampler, graph_mode) for sampler in args.samplers for graph_mode in args.cuda_graph
-            if not (sampler == "dgl" and graph_mode == "on" and "off" in args.cuda_graph)]
+            if sampler != "dgl" or graph_mode == dgl_mode]
 
 
 def time_variants(rank, world, device, args, queue):
@@ -130,13 +134,15 @@ def time_variants(rank, world, device, args, queue):
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
-            if graph_mode == "off":  # as the trainer: DDP, unless the step is graphed
+            graphed = graphs_batches(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
+                                     device=device, sampler=sampler, world=world)
+            if not graphed:  # as the trainer: DDP, unless the step is graphed
                 model = distributed.data_parallel(model, device)
             sampling = {"sampler": sampler, "fanouts": args.fanouts,
                         "batch_size": args.batch_size, "prefetch": args.prefetch}
             loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
             stats = time_variant(model, loader, feats_d, labels_d, device, args, world,
-                                 graph_mode == "on")
+                                 graphed)
             seeds = stats["seeds"]
             stats = distributed.all_reduce_mean(stats, device)
             step = "graphed" if stats["replayed_steps"] == stats["steps"] else (
@@ -148,6 +154,8 @@ def time_variants(rank, world, device, args, queue):
                 queue.put(stats)
 
 
+#: --cuda-graph's modes as sampling.cuda_graph settings
+GRAPH_SETTINGS = {"off": False, "auto": "auto", "on": True}
 VARIANT_RULE = "relu, or maxk-k<K> for MaxK keeping K of the hidden entries (e.g. maxk-k32)"
 
 
@@ -202,11 +210,13 @@ def parse_args(argv=None):
     parser.add_argument("--prefetch", type=int, default=None,
                         help="batches the device sampler prepares ahead (default: the "
                              "trainer's, 1 on a GPU, 0 on a CPU)")
-    parser.add_argument("--cuda-graph", nargs="+", choices=("on", "off"), default=["off"],
+    parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
+                        default=["auto"],
                         help="the trainer's sampling.cuda_graph: on replays the device "
                              "sampler's full batches from a CUDA graph over padded blocks; "
-                             "off (the trainer's default) runs them eagerly under DDP; give "
-                             "both to time the two side by side")
+                             "off runs them eagerly under DDP; auto (the trainer's default) "
+                             "graphs MaxK in one process; give several to time them side by "
+                             "side")
     parser.add_argument("--gpus", type=positive_int, nargs="+", default=[1, 2],
                         help="process counts to time (with --device cpu: CPU processes)")
     parser.add_argument("--steps", type=positive_int, default=40,
@@ -282,7 +292,7 @@ def run_world(ctx, world, args, first):
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
                "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
         rows.append(row)
-        print(f"{sampler:6s} graph {graph_mode:3s} ({step}) {variant:9s} x{world}: "
+        print(f"{sampler:6s} graph {graph_mode:4s} ({step}) {variant:9s} x{world}: "
               f"{throughput:10.0f} seeds/s, "
               f"{row['step_ms']:.1f} ms/step over {row['steps']:g} steps, "
               f"epoch ~{row['epoch_s_estimate']:.1f} s"

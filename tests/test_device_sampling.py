@@ -969,6 +969,60 @@ def test_a_cuda_graph_that_cannot_apply_says_so(sampler, planted, tmp_path, capl
     assert "sampling.cuda_graph applies to the device sampler on a GPU" in caplog.text
 
 
+def test_sampling_cuda_graph_auto_graphs_maxk_in_one_process_on_a_gpu():
+    from dgl_maxk.training.sampling import graphs_batches
+    on = dict(maxk=True, device="cuda", sampler="device", world=1)
+    assert graphs_batches("auto", **on)
+    for change in ({"maxk": False}, {"device": "cpu"}, {"sampler": "dgl"}, {"world": 2}):
+        assert not graphs_batches("auto", **{**on, **change}), change
+    for setting in (True, False):  # as set, wherever
+        assert graphs_batches(setting, **on) is setting
+        assert graphs_batches(setting, **{**on, "maxk": False, "world": 2}) is setting
+
+
+def test_sampling_cuda_graph_takes_auto_true_or_false():
+    minibatch = {"mode": "minibatch", "sampling.fanouts": [4, 4]}
+    assert small_config(**minibatch)["sampling"]["cuda_graph"] == "auto"
+    for setting in ("auto", True, False):
+        cfg = small_config(**minibatch, **{"sampling.cuda_graph": setting})
+        assert cfg["sampling"]["cuda_graph"] == setting
+    with pytest.raises(T.ConfigError, match=r"sampling.cuda_graph' must be one of "
+                                            r"\['auto', True, False\], got 'yes'"):
+        small_config(**minibatch, **{"sampling.cuda_graph": "yes"})
+
+
+def test_auto_says_nothing_where_it_does_not_apply(planted, tmp_path, caplog):
+    cfg = small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, 4],
+                          "sampling.batch_size": 64})
+    with caplog.at_level("WARNING"):
+        T.run_seed(cfg, planted, 0, "cpu", tmp_path, progress=False)
+    assert "cuda_graph" not in caplog.text
+
+
+@needs_kernels
+@pytest.mark.parametrize("nonlinearity", ["maxk", "relu"])
+def test_the_trainer_graphs_maxk_batches_by_default(nonlinearity, planted, tmp_path,
+                                                     monkeypatch):
+    """sampling.cuda_graph: auto on a GPU: MaxK's mini-batch steps replay a CUDA graph,
+    ReLU's run eagerly (under DDP where there is one)."""
+    from dgl_maxk.training import seed as seed_module
+    made = []
+
+    class Recorded(seed_module.SampledStep):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+    monkeypatch.setattr(seed_module, "SampledStep", Recorded)
+    cfg = small_config(**{"train.epochs": 2, "mode": "minibatch", "sampling.fanouts": [4, 4],
+                          "sampling.batch_size": 8, "model.nonlinearity": nonlinearity})
+    res = T.run_seed(cfg, planted, 0, "cuda", tmp_path, progress=False)
+    assert all(math.isfinite(r["loss"]) for r in res["history"])
+    (step,) = made
+    full_batches = 2 * (int(planted.train_mask.sum()) // 8)
+    # the first full batch runs eagerly, the second is captured, the others replay
+    assert step.replays == (full_batches - 2 if nonlinearity == "maxk" else 0)
+
+
 @pytest.mark.parametrize("sampler", ["device", "dgl"])
 def test_cli_minibatch_run_finishes_with_either_sampler(sampler, tmp_path):
     out = tmp_path / "runs"

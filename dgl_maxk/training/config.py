@@ -142,12 +142,13 @@ class SamplingConfig(_Section):
         None, ge=0, description="batches the device sampler prepares ahead on its own thread "
                           "(default: 1 on a GPU; 0 on a CPU, where it would take the step's "
                           "cores)")
-    cuda_graph: bool = Field(
-        False, description="on a GPU with the device sampler: replay each full batch's "
-                           "forward and backward from a CUDA graph, over blocks padded to "
-                           "fixed sizes (other dropout draws than unpadded steps; the "
-                           "gradients are averaged by the step, not by DDP). Opt-in: see "
-                           "BENCHMARKS.md for what it was measured to gain")
+    cuda_graph: Union[Literal["auto"], bool] = Field(
+        "auto", description="on a GPU with the device sampler: replay each full batch's "
+                            "forward and backward from a CUDA graph, over blocks padded to "
+                            "fixed sizes (other dropout draws than unpadded steps; the "
+                            "gradients are averaged by the step, not by DDP). auto: for "
+                            "MaxK models in one process, where it was measured to pay "
+                            "(BENCHMARKS.md)")
 
 
 class ExperimentConfig(_Section):
@@ -210,6 +211,13 @@ def _type_name(annotation) -> str:
                                                           str(annotation))
 
 
+def _choices(annotation) -> list:
+    """The values a Literal field takes (a union with bool: true and false too)."""
+    if get_origin(annotation) is Union:
+        return [c for a in get_args(annotation) for c in _choices(a)]
+    return [True, False] if annotation is bool else list(get_args(annotation))
+
+
 def _bounds_text(field) -> str:
     bounds = [f"{symbol} {getattr(m, attr)}" for m in field.metadata
               for attr, symbol in _BOUNDS.items() if hasattr(m, attr)]
@@ -256,7 +264,7 @@ def _config_error(err: ValidationError, cfg: dict) -> ConfigError:
         return ConfigError(f"config key '{key}' {problem}, got {value!r}")
     if kind == "literal_error":
         return ConfigError(f"config key '{key}' must be one of "
-                           f"{list(get_args(field.annotation))}, got {value!r}")
+                           f"{_choices(field.annotation)}, got {value!r}")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         return ConfigError(f"config key '{key}' {_bounds_text(field)}, got {value!r}")
     if kind == "finite_number":

@@ -22,7 +22,7 @@ from .distributed import (all_gather_object, all_reduce_mean, any_process, data_
 from .errors import CheckpointError, TrainingDiverged
 from .metrics import evaluate
 from .precision import autocast, precision_scope
-from .sampling import epoch_loader, train_epoch
+from .sampling import epoch_loader, graphs_batches, train_epoch
 from .sampled_step import SampledStep
 from .sparse_input import SparseInputLinear
 from .step import FullGraphStep, make_optimizer
@@ -63,10 +63,14 @@ class _SeedRun:
         self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
                                                                      T_max=t["epochs"])
                           if t["schedule"] == "cosine" else None)
+        sampling = cfg["sampling"]
+        self.graphed_batches = cfg["mode"] == "minibatch" and graphs_batches(
+            sampling["cuda_graph"], maxk=m["nonlinearity"] == "maxk", device=device,
+            sampler=sampling["sampler"], world=world_size())
         # a graphed mini-batch step averages the gradients itself: DDP's hooks cannot be
         # captured
-        graphed_batches = cfg["mode"] == "minibatch" and cfg["sampling"]["cuda_graph"]
-        self.train_model = self.model if graphed_batches else data_parallel(self.model, device)
+        self.train_model = (self.model if self.graphed_batches
+                            else data_parallel(self.model, device))
         self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
         self.device_graph = (DeviceGraph.of(self.graph, device)
                              if cfg["mode"] == "minibatch"
@@ -121,14 +125,14 @@ class _SeedRun:
         else:
             sampling = self.cfg["sampling"]
             if self.sampled_step is None:
-                if sampling["cuda_graph"] and (self.device.type != "cuda"
-                                               or sampling["sampler"] != "device"):
+                if sampling["cuda_graph"] is True and (self.device.type != "cuda"
+                                                       or sampling["sampler"] != "device"):
                     LOG.warning("sampling.cuda_graph applies to the device sampler on a GPU; "
                                 "this run's steps are eager")
                 self.sampled_step = SampledStep(
                     self.train_model, self.optimizer, sampling["fanouts"],
                     sampling["batch_size"], self.graph.num_nodes(),
-                    cuda_graph=sampling["cuda_graph"], **common)
+                    cuda_graph=self.graphed_batches, **common)
             loader = epoch_loader(self.graph, self.train_idx.cpu(), sampling, self.seed, epoch,
                                   self.device_graph)
             stats = train_epoch(self.sampled_step, loader, self.features, self.labels,

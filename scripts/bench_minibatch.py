@@ -10,11 +10,11 @@ The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.S
 with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
 of the package index). Processes are forked, one per GPU, and joined through NCCL (the
 gradients averaged by DistributedDataParallel, or by the graphed step itself). Each step is
-the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``, with ``--cuda-graph`` as
-the trainer's ``sampling.cuda_graph``: on, or auto (the default) for MaxK in one process, the
-device sampler's full batches replay a CUDA graph over padded blocks; the column "step"
-says what ran), under ``--precision``
-(default tf32, the paper's setting) for every variant alike. An epoch with fewer batches than
+the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``), with ``--cuda-graph`` as
+the trainer's ``sampling.cuda_graph``: where it is on (or auto, the default, for MaxK in one
+process) the device sampler's full batches replay a CUDA graph over padded blocks. The column
+"step" says what ran; "scaling vs 1 GPU" compares like steps only. Every variant runs
+under ``--precision`` (default tf32, the paper's setting). An epoch with fewer batches than
 ``--steps`` times all of them (the output says how many).
 
 The arguments are checked (through the trainer's config checks) before any process starts:
@@ -47,9 +47,8 @@ from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
-from dgl_maxk.training.sampling import (SAMPLERS, epoch_loader, graphs_batches,  # noqa: E402
-                                        train_epoch)
-from dgl_maxk.training.sampled_step import SampledStep  # noqa: E402
+from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
+from dgl_maxk.training.sampled_step import SampledStep, resolve_cuda_graph  # noqa: E402
 from dgl_maxk.training.step import make_optimizer  # noqa: E402
 
 # NVLink multicast stays off on the shared GPU hosts (see the README).
@@ -134,7 +133,7 @@ def time_variants(rank, world, device, args, queue):
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
-            graphed = graphs_batches(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
+            graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
                                      device=device, sampler=sampler, world=world)
             if not graphed:  # as the trainer: DDP, unless the step is graphed
                 model = distributed.data_parallel(model, device)
@@ -366,7 +365,9 @@ def markdown_table(results, args) -> str:
         def same(o, **kw):
             return (o["sampler"] == r["sampler"] and o["cuda_graph"] == r["cuda_graph"]
                     and all(o[k] == v for k, v in kw.items()))
-        one = next((o for o in results if same(o, variant=r["variant"], gpus=1)), None)
+        # scaling compares like steps (auto graphs MaxK on one GPU, not under DDP)
+        one = next((o for o in results
+                    if same(o, variant=r["variant"], gpus=1, step=r["step"])), None)
         relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)
         split = " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
                            for key in ("sample_s", "copy_s", "compute_s"))

@@ -970,14 +970,14 @@ def test_a_cuda_graph_that_cannot_apply_says_so(sampler, planted, tmp_path, capl
 
 
 def test_sampling_cuda_graph_auto_graphs_maxk_in_one_process_on_a_gpu():
-    from dgl_maxk.training.sampling import graphs_batches
+    from dgl_maxk.training.sampled_step import resolve_cuda_graph
     on = dict(maxk=True, device="cuda", sampler="device", world=1)
-    assert graphs_batches("auto", **on)
+    assert resolve_cuda_graph("auto", **on)
     for change in ({"maxk": False}, {"device": "cpu"}, {"sampler": "dgl"}, {"world": 2}):
-        assert not graphs_batches("auto", **{**on, **change}), change
+        assert not resolve_cuda_graph("auto", **{**on, **change}), change
     for setting in (True, False):  # as set, wherever
-        assert graphs_batches(setting, **on) is setting
-        assert graphs_batches(setting, **{**on, "maxk": False, "world": 2}) is setting
+        assert resolve_cuda_graph(setting, **on) is setting
+        assert resolve_cuda_graph(setting, **{**on, "maxk": False, "world": 2}) is setting
 
 
 def test_sampling_cuda_graph_takes_auto_true_or_false():
@@ -987,8 +987,8 @@ def test_sampling_cuda_graph_takes_auto_true_or_false():
         cfg = small_config(**minibatch, **{"sampling.cuda_graph": setting})
         assert cfg["sampling"]["cuda_graph"] == setting
     with pytest.raises(T.ConfigError, match=r"sampling.cuda_graph' must be one of "
-                                            r"\['auto', True, False\], got 'yes'"):
-        small_config(**minibatch, **{"sampling.cuda_graph": "yes"})
+                                            r"\['auto', true, false\], got 'sometimes'"):
+        small_config(**minibatch, **{"sampling.cuda_graph": "sometimes"})
 
 
 def test_auto_says_nothing_where_it_does_not_apply(planted, tmp_path, caplog):

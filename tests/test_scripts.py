@@ -182,3 +182,23 @@ def test_without_gpu_the_scripts_say_what_to_run(tmp_path):
     args = script.parse_args(script.CPU_SMOKE_ARGS.split())
     _, edges, _ = script.GRAPHS[args.graphs]
     assert args.device == "cpu" and edges <= 100_000 and args.reps <= 5
+
+
+def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
+    """DGL's blocks run eagerly whatever --cuda-graph says: one arm, not one per mode; and
+    "scaling vs 1 GPU" compares like steps only (auto graphs MaxK on one GPU, not under DDP)."""
+    bench = load_script("bench_minibatch")
+    args = bench.parse_args(["--samplers", "device", "dgl", "--cuda-graph", "on", "auto", "off",
+                             "--device", "cpu", "--breakdown"])
+    assert bench.arms(args) == [("device", "on"), ("device", "auto"), ("device", "off"),
+                                ("dgl", "off")]
+
+    def row(step, gpus, seeds_per_s):
+        return {"sampler": "device", "cuda_graph": "auto", "step": step, "variant": "maxk-k8",
+                "gpus": gpus, "steps": 1, "throughput_seeds_per_s": seeds_per_s,
+                "step_ms": 1.0, "epoch_s_estimate": 1.0, "sample_s": 0.0, "copy_s": 0.0,
+                "compute_s": 0.0}
+    table = bench.markdown_table([row("graphed", 1, 100.0), row("eager", 2, 150.0),
+                                  row("eager", 1, 60.0)], args)
+    scaling = [line.split("|")[9].strip() for line in table.splitlines()[4:]]
+    assert scaling == ["1.00x", "2.50x", "1.00x"]

@@ -26,6 +26,23 @@ from .distributed import is_distributed
 from .step import _forward_backward, capture, probe, train_step, trained_parameters
 
 
+def graph_applies(device, sampler: str) -> bool:
+    """Whether a graphed step can apply: a GPU and the device sampler's blocks."""
+    return torch.device(device).type == "cuda" and sampler == "device"
+
+
+def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int) -> bool:
+    """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
+    True or False as set; ``"auto"`` for MaxK models trained by one process where a graphed
+    step applies. Measured (BENCHMARKS.md, ninth session): graphed MaxK steps no slower than
+    eager ones on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work);
+    under torchrun the graphed step's own all-reduce was not measured through the trainer,
+    which keeps DDP there."""
+    if setting != "auto":
+        return bool(setting)
+    return maxk and world == 1 and graph_applies(device, sampler)
+
+
 def _bounds(fanouts, batch_size, num_nodes):
     """(destination, source) node bounds per layer, input layer first."""
     bounds, dst = [], batch_size
@@ -62,8 +79,8 @@ class PaddedBatch:
         self.indices = [torch.empty(e, dtype=torch.int64, device=device)
                         for e in self.edge_cap]
         # edge slots after the real ones: padding row i ends f * (i + 1) entries later, and
-        # padding edge j comes from source row (real source rows) + j % dst_bound: distinct
-        # sources within a row, at most f edges a source
+        # padding edge j comes from source row (real source rows) + j % dst_bound: at most f
+        # edges a source (distinct sources within a row where f <= dst_bound)
         self._slots = [torch.arange(1, c + 1, device=device) * f
                        for c, f in zip(self.dst_cap, self.fanouts)]
         self._sources = [torch.arange(e, device=device) % dst

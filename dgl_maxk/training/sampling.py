@@ -42,19 +42,6 @@ def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None)
                           seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch)
 
 
-def graphs_batches(cuda_graph, *, maxk: bool, device, sampler: str, world: int) -> bool:
-    """Whether mini-batch steps are replayed from a CUDA graph (``sampling.cuda_graph``):
-    True or False as set; ``"auto"`` (the default) graphs MaxK models trained by one process
-    on a GPU with the device sampler. Measured (one H200, products-sized, six runs,
-    BENCHMARKS.md): graphed MaxK steps 0.9-1.5x the eager ones' throughput (median 1.2x at
-    k=8, 1.0x at k=32) and steadier from run to run; ReLU's 0.8-0.9x, since the padded
-    blocks double its cuSPARSE work. The graphed step's own all-reduce under torchrun was not
-    measured through the trainer, which keeps DDP there."""
-    if cuda_graph != "auto":
-        return bool(cuda_graph)
-    return maxk and torch.device(device).type == "cuda" and sampler == "device" and world == 1
-
-
 def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
     """A fresh loader for one epoch of a run, with the ``sampling`` config section's sampler
     (``device_graph``: the graph's :class:`~dgl_maxk.sampling.DeviceGraph`, for 'device').

@@ -22,8 +22,8 @@ from .distributed import (all_gather_object, all_reduce_mean, any_process, data_
 from .errors import CheckpointError, TrainingDiverged
 from .metrics import evaluate
 from .precision import autocast, precision_scope
-from .sampling import epoch_loader, graphs_batches, train_epoch
-from .sampled_step import SampledStep
+from .sampling import epoch_loader, train_epoch
+from .sampled_step import SampledStep, graph_applies, resolve_cuda_graph
 from .sparse_input import SparseInputLinear
 from .step import FullGraphStep, make_optimizer
 
@@ -64,7 +64,7 @@ class _SeedRun:
                                                                      T_max=t["epochs"])
                           if t["schedule"] == "cosine" else None)
         sampling = cfg["sampling"]
-        self.graphed_batches = cfg["mode"] == "minibatch" and graphs_batches(
+        self.graphed_batches = cfg["mode"] == "minibatch" and resolve_cuda_graph(
             sampling["cuda_graph"], maxk=m["nonlinearity"] == "maxk", device=device,
             sampler=sampling["sampler"], world=world_size())
         # a graphed mini-batch step averages the gradients itself: DDP's hooks cannot be
@@ -125,8 +125,8 @@ class _SeedRun:
         else:
             sampling = self.cfg["sampling"]
             if self.sampled_step is None:
-                if sampling["cuda_graph"] is True and (self.device.type != "cuda"
-                                                       or sampling["sampler"] != "device"):
+                if sampling["cuda_graph"] is True and not graph_applies(self.device,
+                                                                        sampling["sampler"]):
                     LOG.warning("sampling.cuda_graph applies to the device sampler on a GPU; "
                                 "this run's steps are eager")
                 self.sampled_step = SampledStep(

@@ -23,8 +23,10 @@ SCRIPTS = ("bench_minibatch", "reproduce", "compare_dgl", "bench_kernels", "sani
 
 
 def script_env(tmp_path) -> dict:
-    """The scripts' environment: the repository importable, no data anywhere."""
-    return dict(os.environ, PYTHONPATH=str(REPO), DGLBACKEND="pytorch", OMP_NUM_THREADS="1",
+    """The scripts' environment: the repository importable first (then whatever the path
+    held: where DGL is installed, on some machines), no data anywhere."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, DGLBACKEND="pytorch", OMP_NUM_THREADS="1",
                 PYTHONWARNINGS="ignore", DGL_MAXK_DATA=str(tmp_path / "nodata"))
 
 

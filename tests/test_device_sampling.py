@@ -991,6 +991,18 @@ def test_sampling_cuda_graph_takes_auto_true_or_false():
         small_config(**minibatch, **{"sampling.cuda_graph": "sometimes"})
 
 
+def test_the_run_log_says_how_mini_batch_steps_run():
+    from dgl_maxk.training import runner
+    maxk = small_config(**{"mode": "minibatch", "sampling.fanouts": [4, 4]})
+    relu = small_config(**{"mode": "minibatch", "sampling.fanouts": [4, 4],
+                           "model.nonlinearity": "relu"})
+    line = runner._minibatch_steps_line({"maxk": maxk, "relu": relu}, torch.device("cuda"), 1)
+    assert line.startswith("mini-batch steps (sampling.cuda_graph: auto): maxk graphed, "
+                           "relu eager (graphed: replayed from a CUDA graph")
+    assert runner._minibatch_steps_line({"maxk": maxk}, torch.device("cuda"), 2) == (
+        "mini-batch steps (sampling.cuda_graph: auto): maxk eager")
+
+
 def test_auto_says_nothing_where_it_does_not_apply(planted, tmp_path, caplog):
     cfg = small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, 4],
                           "sampling.batch_size": 64})

@@ -41,7 +41,7 @@ from .distributed import any_process, broadcast_object, init_distributed, resolv
 from .errors import CheckpointError, ConfigError, RunInterrupted
 from .precision import MATMUL_PRECISION
 from .report import environment, summary_lines, variant_summary
-from .seed import Budget, run_seed
+from .seed import Budget, graphed_minibatch, run_seed
 
 __all__ = ["run_experiment", "run_seed", "Budget", "StopSignals"]
 
@@ -319,8 +319,21 @@ def _log_header(run_dir, device, world, cfg, variants, loaded):
         LOG.info("precision: " + ", ".join(f"{n} {v}" for n, v in p.items()))
     LOG.info(f"device: {device}" + (f" (x{world} processes)" if world > 1 else "")
              + f"; variants: {', '.join(variants)}; seeds: {cfg['train']['seeds']}")
+    sampled = {n: v for n, v in variants.items() if v["mode"] == "minibatch"}
+    if sampled:
+        LOG.info(_minibatch_steps_line(sampled, device, world))
     for line in loaded:
         LOG.info(line)
+
+
+def _minibatch_steps_line(variants, device, world) -> str:
+    """What ``sampling.cuda_graph`` (auto by default) resolved to, per variant."""
+    settings = {str(v["sampling"]["cuda_graph"]).lower() for v in variants.values()}
+    graphed = {n: graphed_minibatch(v, device, world) for n, v in variants.items()}
+    steps = ", ".join(f"{n} {'graphed' if g else 'eager'}" for n, g in graphed.items())
+    return (f"mini-batch steps (sampling.cuda_graph: {', '.join(sorted(settings))}): {steps}"
+            + (" (graphed: replayed from a CUDA graph over padded blocks)"
+               if any(graphed.values()) else ""))
 
 
 def _train_variants(variants, cache, run_dir, device, budget, signals, progress,

@@ -49,6 +49,16 @@ class Budget:
             self.deadline is not None and time.monotonic() >= self.deadline)
 
 
+def graphed_minibatch(cfg: dict, device, world: int) -> bool:
+    """Whether a run of ``cfg`` replays its mini-batch steps from a CUDA graph (where the
+    batches fit): mini-batch mode and ``sampling.cuda_graph`` resolved for this model,
+    device and process count."""
+    sampling = cfg["sampling"]
+    return cfg["mode"] == "minibatch" and resolve_cuda_graph(
+        sampling["cuda_graph"], maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
+        sampler=sampling["sampler"], world=world)
+
+
 class _SeedRun:
     """The model, optimizer and data of one seed's training, on its device."""
 
@@ -63,10 +73,7 @@ class _SeedRun:
         self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
                                                                      T_max=t["epochs"])
                           if t["schedule"] == "cosine" else None)
-        sampling = cfg["sampling"]
-        self.graphed_batches = cfg["mode"] == "minibatch" and resolve_cuda_graph(
-            sampling["cuda_graph"], maxk=m["nonlinearity"] == "maxk", device=device,
-            sampler=sampling["sampler"], world=world_size())
+        self.graphed_batches = graphed_minibatch(cfg, device, world_size())
         # a graphed mini-batch step averages the gradients itself: DDP's hooks cannot be
         # captured
         self.train_model = (self.model if self.graphed_batches

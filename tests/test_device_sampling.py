@@ -338,10 +338,11 @@ def test_bad_fanouts_are_refused(fanouts):
 
 def test_device_graph_refuses_blocks_heterographs_and_bad_csr():
     g = dgl.rand_graph(20, 60)
-    with pytest.raises(ValueError, match="one node type"):
+    with pytest.raises(ValueError, match="takes a graph, not a block"):
         DeviceGraph.from_dgl(dgl.to_block(g, torch.arange(5)), "cpu")
     hetero = dgl.heterograph({("a", "x", "b"): ([0, 1], [1, 0]), ("b", "y", "a"): ([0], [1])})
-    with pytest.raises(ValueError, match="one node type"):
+    with pytest.raises(ValueError, match=r"one node type and one edge type, got node types "
+                                         r"\['a', 'b'\]"):
         DeviceGraph.from_dgl(hetero, "cpu")
     with pytest.raises(ValueError, match="num_nodes"):
         DeviceGraph(torch.zeros(5, dtype=torch.int64), torch.zeros(0, dtype=torch.int32), 5)
@@ -838,6 +839,53 @@ def test_bad_loader_arguments_are_refused(seeds, kwargs, match):
         NeighborLoader(graph, torch.tensor(seeds), NeighborSampler([2]), batch_size, **kwargs)
 
 
+def test_loader_and_sampler_arguments_of_the_wrong_type_say_what_they_take():
+    g = dgl.rand_graph(100, 300)
+    graph, seeds = DeviceGraph.from_dgl(g, "cpu"), torch.arange(10)
+    with pytest.raises(TypeError, match=r"takes a DeviceGraph, got DGLGraph: make one with "
+                                        r"dgl_maxk.sampling.DeviceGraph.of\(g, device\)"):
+        NeighborSampler([2]).sample(g, seeds)
+    with pytest.raises(TypeError, match="takes a DeviceGraph, got DGLGraph"):
+        NeighborLoader(g, seeds, NeighborSampler([2]), 4)
+    with pytest.raises(TypeError, match="sampler must be a dgl_maxk.sampling.NeighborSampler, "
+                                        "got list"):
+        NeighborLoader(graph, seeds, [2], 4)
+    with pytest.raises(TypeError, match=r"batch_size=2.5: must be an integer"):
+        NeighborLoader(graph, seeds, NeighborSampler([2]), 2.5)
+    with pytest.raises(TypeError, match=r"prefetch=None, rank=1.0: must be integers"):
+        NeighborLoader(graph, seeds, NeighborSampler([2]), 2, prefetch=None, rank=1.0,
+                       world_size=2)
+
+
+def test_a_fanout_above_every_in_degree_draws_nothing_and_takes_all_in_edges():
+    """Its draws would cost memory in proportion to the fan-out (10^7: gigabytes)."""
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(300, 1500), "cpu")
+    seeds = torch.randperm(300)[:40]
+    gen = torch.Generator().manual_seed(1)
+    before = gen.get_state()
+    _, _, (huge,) = NeighborSampler([10**7]).sample(graph, seeds, gen)
+    assert torch.equal(gen.get_state(), before)
+    _, _, (every,) = NeighborSampler([-1]).sample(graph, seeds, gen)
+    assert torch.equal(huge.edge_ids, every.edge_ids)
+    assert torch.equal(huge.plan.indptr, every.plan.indptr)
+    assert huge.plan.max_in_degree == 10**7
+    NeighborSampler([graph.max_in_degree]).sample(graph, seeds, gen)
+    assert not torch.equal(gen.get_state(), before)  # at the largest in-degree: drawn for
+
+
+def test_a_sampled_block_in_a_dgl_training_loop():
+    """``[b.to(device) for b in blocks]`` keeps working; what the block lacks of DGL's API
+    says to call to_dgl() (also from inside a stock DGL layer)."""
+    _, _, (block,) = NeighborSampler([3]).sample(
+        DeviceGraph.from_dgl(dgl.rand_graph(50, 200), "cpu"), torch.arange(6))
+    assert block.to("cpu") is block and block.to(torch.device("cpu")) is block
+    with pytest.raises(ValueError, match=r"stays on the device it was sampled on \(cpu\)"):
+        block.to("meta")
+    assert not hasattr(block, "srcdata")
+    with pytest.raises(AttributeError, match=r"no attribute 'local_scope': .*block.to_dgl\(\)"):
+        dgl.nn.SAGEConv(4, 2, "mean")(block, torch.randn(block.num_src_nodes(), 4))
+
+
 @pytest.mark.parametrize("seeds, match", [
     ([1, 2, 2], "repeat"), (torch.tensor([0.0, 1.5]), "integer node ids"),
     ([0, 100], r"in \[0, 100\), got ids from 0 to 100"), ([-1, 3], r"from -1 to 3"),
@@ -975,9 +1023,11 @@ def test_sampling_cuda_graph_auto_graphs_maxk_in_one_process_on_a_gpu():
     assert resolve_cuda_graph("auto", **on)
     for change in ({"maxk": False}, {"device": "cpu"}, {"sampler": "dgl"}, {"world": 2}):
         assert not resolve_cuda_graph("auto", **{**on, **change}), change
-    for setting in (True, False):  # as set, wherever
+    for setting in (True, False):  # as set, where a graphed step applies
         assert resolve_cuda_graph(setting, **on) is setting
         assert resolve_cuda_graph(setting, **{**on, "maxk": False, "world": 2}) is setting
+        for change in ({"device": "cpu"}, {"sampler": "dgl"}):
+            assert resolve_cuda_graph(setting, **{**on, **change}) is False, change
 
 
 def test_sampling_cuda_graph_takes_auto_true_or_false():

@@ -122,6 +122,20 @@ def test_fits_only_full_batches_of_the_samplers_blocks():
     assert not batch.fits(dgl_blocks, x, y)
 
 
+def test_fanouts_far_above_the_degrees_are_not_padded():
+    """Padded to fan-out x rows they would hold 10^6 times the batch's edges: the step runs
+    eagerly instead, and nothing is allocated for padding."""
+    n = 300
+    blocks, x, y = _batch(_graph(n), [10**6, 3], 16)
+    model = build_model("sage", 6, 8, 3, 2, k=4, dropout=0.0).double()
+    opt = torch.optim.Adam(model.parameters())
+    run = SampledStep(model, opt, [10**6, 3], 16, n, cuda_graph=True)
+    assert not run._fits(blocks, x, y)
+    assert not run.graphed and run.batch is None
+    fitting = SampledStep(model, opt, [4, 3], 16, n, cuda_graph=True)
+    assert fitting._fits(*_batch(_graph(n), [4, 3], 16)) and fitting.batch is not None
+
+
 def test_sampled_step_off_the_gpu_is_train_step(monkeypatch):
     """On the CPU every batch runs train_step on the sampler's own blocks (nothing
     padded)."""

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import numbers
 import queue
 import threading
 
 import torch
 
 from ..sparse import input_checks
-from .sampler import DeviceGraph, NeighborSampler, check_seeds
+from .sampler import DeviceGraph, NeighborSampler, check_device_graph, check_seeds
 
 _END = object()
 #: The name of the thread that samples ahead (a step watching its own synchronisations
@@ -49,6 +50,17 @@ class NeighborLoader:
 
     def __init__(self, graph: DeviceGraph, seeds, sampler: NeighborSampler, batch_size, *,
                  shuffle=True, drop_last=False, seed=0, rank=0, world_size=1, prefetch=1):
+        check_device_graph(graph)
+        if not isinstance(sampler, NeighborSampler):
+            raise TypeError(f"sampler must be a dgl_maxk.sampling.NeighborSampler, got "
+                            f"{type(sampler).__name__}")
+        counts = dict(batch_size=batch_size, prefetch=prefetch, rank=rank,
+                      world_size=world_size)
+        wrong = [f"{k}={v!r}" for k, v in counts.items()
+                 if not isinstance(v, numbers.Integral) or isinstance(v, bool)]
+        if wrong:
+            raise TypeError(f"{', '.join(wrong)}: must be "
+                            + ("an integer" if len(wrong) == 1 else "integers"))
         seeds = check_seeds(seeds, graph.num_nodes).cpu()
         if batch_size < 1 or prefetch < 0 or not 0 <= rank < world_size:
             raise ValueError(f"need batch_size >= 1, prefetch >= 0 and 0 <= rank < "

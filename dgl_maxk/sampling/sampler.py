@@ -10,6 +10,7 @@ in-neighbours, each subset of that size equally likely. The random streams diffe
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import weakref
 
@@ -54,6 +55,11 @@ class DeviceGraph:
     def device(self):
         return self.indptr.device
 
+    @functools.cached_property
+    def max_in_degree(self) -> int:
+        """The largest in-degree (read back to the host once)."""
+        return int((self.indptr[1:] - self.indptr[:-1]).max()) if self.num_nodes else 0
+
     @classmethod
     def of(cls, graph, device) -> "DeviceGraph":
         """:meth:`from_dgl`, built once per graph and device and cached on the graph (a
@@ -64,9 +70,12 @@ class DeviceGraph:
     def from_dgl(cls, graph, device) -> "DeviceGraph":
         """The in-edges of a DGL graph with one node and edge type, on ``device``, with DGL's
         edge ids."""
-        if graph.is_block or len(graph.ntypes) != 1 or len(graph.canonical_etypes) != 1:
-            raise ValueError("DeviceGraph takes a graph with one node type and one edge type, "
-                             "not a block")
+        if graph.is_block:
+            raise ValueError("DeviceGraph takes a graph, not a block")
+        if len(graph.ntypes) != 1 or len(graph.canonical_etypes) != 1:
+            raise ValueError(f"DeviceGraph takes a graph with one node type and one edge type, "
+                             f"got node types {graph.ntypes} and edge types "
+                             f"{graph.canonical_etypes}")
         src, dst = (t.to(device, torch.int64) for t in graph.edges())
         n = graph.num_nodes()
         order = torch.argsort(dst, stable=True)
@@ -122,6 +131,14 @@ def check_seeds(seeds, num_nodes: int, scan: bool = True) -> torch.Tensor:
     return seeds
 
 
+def check_device_graph(graph):
+    """A TypeError unless ``graph`` is a :class:`DeviceGraph` (a DGL graph, as DGL's samplers
+    take, is converted once by ``DeviceGraph.of``)."""
+    if not isinstance(graph, DeviceGraph):
+        raise TypeError(f"the device sampler takes a DeviceGraph, got {type(graph).__name__}: "
+                        "make one with dgl_maxk.sampling.DeviceGraph.of(g, device)")
+
+
 class NeighborSampler:
     """Sample a block per layer, from the output layer down, as DGL's ``NeighborSampler``.
 
@@ -152,6 +169,7 @@ class NeighborSampler:
         checked (one read back to the host) unless content checks are off
         (:func:`dgl_maxk.input_checks`): :class:`~dgl_maxk.sampling.NeighborLoader` checks its
         seeds once, and samples without."""
+        check_device_graph(graph)
         seeds = check_seeds(seeds, graph.num_nodes, scan=checks_enabled()).to(graph.device)
         dst = seeds
         blocks = []
@@ -176,10 +194,13 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
     """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``."""
     n = dst.numel()
     indptr, num_edges = block_indptr(graph.indptr, dst, fanout)
-    draws = (torch.rand(n, fanout, dtype=torch.float64, device=dst.device, generator=generator)
-             if fanout > 0 else None)
+    # a fan-out above every in-degree takes all in-edges: nothing to draw (n x fanout draws
+    # would cost memory in proportion to the fan-out, not to the degrees)
+    picked = fanout if 0 < fanout <= graph.max_in_degree else -1
+    draws = (torch.rand(n, picked, dtype=torch.float64, device=dst.device, generator=generator)
+             if picked > 0 else None)
     positions = backends.for_tensor(dst).sample_neighbors(graph.indptr, dst, indptr, num_edges,
-                                                          fanout, draws)
+                                                          picked, draws)
     src_nodes, local = _relabel(dst, graph.indices[positions].long())
     edge_ids = graph.edge_ids[positions].long() if graph.edge_ids is not None else None
     return SampledBlock(indptr, local, src_nodes, n,

@@ -325,6 +325,24 @@ class SampledBlock:
     def in_degrees(self) -> torch.Tensor:
         return self.plan.in_degrees
 
+    def to(self, device):
+        """The block itself, on its device already (a DGL training loop's
+        ``[b.to(device) for b in blocks]``); a sampled block stays where it was sampled."""
+        device = torch.device(device)
+        if device.type == self.device.type and device.index in (None, self.device.index):
+            return self
+        raise ValueError(f"a SampledBlock stays on the device it was sampled on "
+                         f"({self.device}): sample on {device} (DeviceGraph.of(g, device)), "
+                         f"or move block.to_dgl()")
+
+    def __getattr__(self, name):
+        # only reached for what this block lacks of DGL's block API
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"'SampledBlock' object has no attribute {name!r}: it holds what "
+                             "dgl_maxk's layers take; block.to_dgl() gives a DGL block (on "
+                             "the CPU) with all of DGL's API, for stock DGL layers")
+
     def to_dgl(self):
         """The same block as a DGL block on the CPU (edge i is CSR entry i), with the global
         node ids in ``srcdata[dgl.NID]`` and ``dstdata[dgl.NID]`` (and the edge ids, if the

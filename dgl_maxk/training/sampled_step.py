@@ -33,13 +33,13 @@ def graph_applies(device, sampler: str) -> bool:
 
 def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int) -> bool:
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
-    True or False as set; ``"auto"`` for MaxK models trained by one process where a graphed
-    step applies. Measured (BENCHMARKS.md, ninth session): graphed MaxK steps no slower than
+    True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
+    one process where a graphed step applies. Measured (BENCHMARKS.md, ninth session): graphed MaxK steps no slower than
     eager ones on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work);
     under torchrun the graphed step's own all-reduce was not measured through the trainer,
     which keeps DDP there."""
     if setting != "auto":
-        return bool(setting)
+        return bool(setting) and graph_applies(device, sampler)
     return maxk and world == 1 and graph_applies(device, sampler)
 
 
@@ -51,6 +51,17 @@ def _bounds(fanouts, batch_size, num_nodes):
         bounds.insert(0, (dst, src))
         dst = src
     return bounds
+
+
+#: The most edges a padded batch may hold, as a multiple of the first full batch's real
+#: ones (products-sized, fan-outs 15/10/5: 1.5x). Fan-outs far above a graph's degrees would
+#: otherwise pad each batch to fan-out x rows (a fan-out of 10^6 and batches of 64: 1.3 GB).
+_MAX_PADDING = 4
+
+
+def _padded_edges(fanouts, batch_size, num_nodes) -> int:
+    """The edge slots of a :class:`PaddedBatch` of these sizes."""
+    return sum(dst * f for (dst, _), f in zip(_bounds(fanouts, batch_size, num_nodes), fanouts))
 
 
 class PaddedBatch:
@@ -220,6 +231,9 @@ class SampledStep:
                                                         for b in blocks)
                     and blocks[-1].num_dst_nodes() == batch_size):
                 return False  # not a full batch of the device sampler: nothing to allocate
+            if _padded_edges(*self.sizes) > _MAX_PADDING * sum(b.num_edges() for b in blocks):
+                self.graphed = False  # fan-outs far above the degrees: padding would cost more
+                return False
             batch = PaddedBatch(*self.sizes, features, labels)
             if not batch.fits(blocks, features, labels):
                 self.graphed = False  # blocks of other fan-outs: no batch will fit

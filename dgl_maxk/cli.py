@@ -231,7 +231,7 @@ def _env(args) -> int:
 def _train(args) -> int:
     cfg = _train_config(args)
     if args.resume is None:
-        _check_out(Path(args.out))
+        check_out_dir(Path(args.out))
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     results = run_experiment(cfg, device=args.device, out=args.out, resume=args.resume,
@@ -259,7 +259,7 @@ def _train_config(args) -> dict | None:
     return load_config(args.config, [*args.overrides, *seeds])
 
 
-def _check_out(out: Path):
+def check_out_dir(out: Path):
     """--out must be, or be creatable in, a directory we may write to. The mode bits are
     checked too: root may write anywhere, but a directory marked read-only means 'not here'."""
     existing = next(p for p in (out, *out.absolute().parents) if p.exists())

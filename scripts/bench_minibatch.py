@@ -41,7 +41,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import Parser, positive_int  # noqa: E402
+from dgl_maxk.cli import Parser, check_out_dir, positive_int  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
@@ -241,12 +241,11 @@ def argument_problem(args) -> str | None:
     """What is wrong with ``args`` before any process starts, in one line (None: nothing)."""
     try:
         validate_config(as_config(args))
+        check_out_dir(Path(args.out))
     except ConfigError as err:
         return str(err)
     if args.warmup < 0:
         return f"argument --warmup: must be >= 0, got {args.warmup}"
-    if Path(args.out).is_file():
-        return f"argument --out: {args.out} is a file; give a directory for the results"
     if not 0 < args.train_fraction <= 1:
         return f"argument --train-fraction: must be in (0, 1], got {args.train_fraction:g}"
     seeds = int(args.nodes * args.train_fraction)

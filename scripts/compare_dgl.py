@@ -52,7 +52,8 @@ import dgl_maxk  # noqa: E402
 from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
-from dgl_maxk.cli import Parser, device_argument, positive_int, run_command  # noqa: E402
+from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
+                          run_command)
 from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E402
 from dgl_maxk.models import MODELS, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
@@ -319,6 +320,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     try:
         validate_config(as_config(args))
+        check_out_dir(Path(args.out))
     except ConfigError as err:
         parser.error(str(err))
     if args.warmup < 0:

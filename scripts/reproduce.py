@@ -12,11 +12,12 @@ histories, results.json) lands under ``--out``. The summary files are
 ``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``. ``--precision`` (default tf32,
 the paper's setting) is set as ``train.precision`` of every run, ReLU and MaxK alike.
 
-Arguments, configs and every run's config (each k must fit each hidden size) are checked
-before anything runs. As with ``python -m dgl_maxk train``, a failure is one line,
-``error: ...``, and the exit status says what happened: 2 bad arguments, configs or files,
-3 missing or unreadable data, 4 a run stopped by a signal (resumable with ``python -m
-dgl_maxk train --resume RUN_DIR``), 5 a run diverged to NaN, 130 Ctrl-C outside a run.
+Arguments, configs, every run's config (each k must fit each hidden size) and every run's
+data are checked (the data loaded) before anything runs. As with ``python -m dgl_maxk
+train``, a failure is one line, ``error: ...``, and the exit status says what happened: 2
+bad arguments, configs or files, 3 missing or unreadable data, 4 a run stopped by a signal
+(resumable with ``python -m dgl_maxk train --resume RUN_DIR``), 5 a run diverged to NaN,
+130 Ctrl-C outside a run.
 """
 from __future__ import annotations
 
@@ -30,11 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from dgl_maxk import training as T  # noqa: E402
-from dgl_maxk.cli import (Parser, device_argument, positive_int, run_command,  # noqa: E402
-                          seeds_argument)
+from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
+                          run_command, seeds_argument)
 from dgl_maxk.training.checkpoint import write_json  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
+from dgl_maxk.training.metrics import mean_std_text  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
+from dgl_maxk.training.runner import load_datasets  # noqa: E402
 from dgl_maxk.training.report import environment  # noqa: E402
 
 
@@ -58,7 +61,12 @@ def parse_args(argv=None):
     p.add_argument("--precision", choices=PRECISIONS, default="tf32",
                    help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
                         "paper's, default) or bf16 (TF32 plus bfloat16 autocast)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        check_out_dir(Path(args.out))
+    except T.ConfigError as err:
+        p.error(str(err))
+    return args
 
 
 def main(argv=None):
@@ -82,7 +90,8 @@ def plan_runs(args) -> list:
             cfg = dict(base, variants=variants, name=f"{base['name']}_h{hidden}")
             cfg = T.apply_overrides(cfg, {"model.hidden": hidden,
                                           "model.k": min(base["model"]["k"], hidden),
-                                          "train.precision": args.precision})
+                                          "train.precision": args.precision,
+                                          "train.seeds": args.seeds})
             try:
                 plans.append((path, hidden, T.validate_config(cfg)))
             except T.ConfigError as err:
@@ -92,17 +101,18 @@ def plan_runs(args) -> list:
 
 def reproduce(args) -> int:
     device = resolve_device(args.device)
-    plans = plan_runs(args)  # everything is checked before anything runs
+    plans = plan_runs(args)  # everything is checked before anything runs, the data too
     if args.threads:
         torch.set_num_threads(args.threads)
+    cache, rows, runs = {}, [], []
+    for _, _, cfg in plans:
+        load_datasets(T.expand_variants(cfg), cache)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache, rows, runs = {}, [], []
     started = time.perf_counter()
     for path, hidden, cfg in plans:
-        res = T.run_experiment(cfg, device=args.device, out=out / "runs",
-                               seeds=args.seeds, progress=False, quiet=True,
-                               dataset_cache=cache)
+        res = T.run_experiment(cfg, device=args.device, out=out / "runs", progress=False,
+                               quiet=True, dataset_cache=cache)
         runs.append(res["run_dir"])
         for vname, v in res["variants"].items():
             rows.append({"config": Path(path).stem, "dataset": v["dataset"],
@@ -130,23 +140,24 @@ def reproduce(args) -> int:
 def _cell(row):
     if row is None or row["mean"] is None:
         return "-"
-    return f"{100 * row['mean']:.2f} ± {100 * row['std']:.2f}"
+    return mean_std_text(row)
 
 
 def markdown_table(rows, ks, title, command, elapsed, precision):
-    groups = {}
+    groups = {}  # one line per run: a config at a hidden size
     for r in rows:
-        groups.setdefault((r["dataset"], r["model"], r["hidden"]), {})[r["variant"]] = r
-    head = ["dataset", "model", "hidden", "ReLU"] + [f"MaxK k={k}" for k in ks]
+        groups.setdefault((r["run_dir"], r["config"], r["dataset"], r["model"], r["hidden"]),
+                          {})[r["variant"]] = r
+    head = ["config", "dataset", "model", "hidden", "ReLU"] + [f"MaxK k={k}" for k in ks]
     lines = [f"## {title}" if title else "## Test score at the best validation epoch",
-             "", "Mean ± std over seeds, in percent (metric: "
+             "", "Mean ± std over seeds (the mean alone for one seed), in percent (metric: "
              + ", ".join(sorted({r["metric"] for r in rows})) + "). In brackets: MaxK minus "
              "ReLU. Precision: " + precision + " for every run.", "",
              "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
-    for (dataset, model, hidden), vs in groups.items():
+    for (_, config, dataset, model, hidden), vs in groups.items():
         relu = vs.get("relu")
-        cells = [dataset, model, str(hidden), _cell(relu)]
+        cells = [config, dataset, model, str(hidden), _cell(relu)]
         for k in ks:
             r = vs.get(f"maxk{k}")
             cell = _cell(r)
@@ -170,18 +181,22 @@ def plot(rows, path):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (dataset, model) in zip(axes[0], panels):
         mine = [r for r in rows if r["dataset"] == dataset and r["model"] == model]
-        for i, hidden in enumerate(sorted({r["hidden"] for r in mine})):
+        runs = list(dict.fromkeys(r["run_dir"] for r in mine))  # one line per run
+        named = len({r["config"] for r in mine}) > 1  # name the configs where several meet
+        for i, run in enumerate(runs):
             color = colors[i % len(colors)]
-            maxk = sorted((r for r in mine if r["hidden"] == hidden and r["k"] is not None
-                           and r["mean"] is not None), key=lambda r: r["k"])
+            of_run = [r for r in mine if r["run_dir"] == run]
+            label = (f"{of_run[0]['config']}, " if named else "") + f"hidden {of_run[0]['hidden']}"
+            maxk = sorted((r for r in of_run if r["k"] is not None and r["mean"] is not None),
+                          key=lambda r: r["k"])
             if maxk:
                 ax.errorbar([r["k"] for r in maxk], [100 * r["mean"] for r in maxk],
-                            yerr=[100 * r["std"] for r in maxk], marker="o", capsize=3,
-                            color=color, label=f"MaxK, hidden {hidden}")
-            relu = [r for r in mine if r["hidden"] == hidden and r["k"] is None]
-            if relu and relu[0]["mean"] is not None:
+                            yerr=[100 * (r["std"] or 0.0) for r in maxk], marker="o",
+                            capsize=3, color=color, label=f"MaxK, {label}")
+            relu = [r for r in of_run if r["k"] is None and r["mean"] is not None]
+            if relu:
                 ax.axhline(100 * relu[0]["mean"], color=color, linestyle="--",
-                           label=f"ReLU, hidden {hidden}")
+                           label=f"ReLU, {label}")
         ax.set_xscale("log", base=2)
         ks = sorted({r["k"] for r in mine if r["k"] is not None})
         ax.set_xticks(ks, [str(k) for k in ks])

@@ -108,10 +108,34 @@ def test_reproduce_bad_input_is_one_line(tmp_path):
              (["--configs", "configs/quickstart.yaml", "--set", "foo=1"], 2, ["foo"]),
              (["--configs", "configs/quickstart.yaml", "--k", "8", "128"], 2, ["128", "64"]),
              (["--configs", "configs/cora_gcn.yaml"], 3, ["cora"])]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases += [(["--configs", "configs/quickstart.yaml", "--out", a_file], 2,
+               ["--out", "is a file, not a directory"]),
+              # the missing data of the second config stops the run before the first one
+              (["--configs", "configs/quickstart.yaml", "configs/cora_gcn.yaml", "--out",
+                tmp_path / "two"], 3, ["cora"])]
     results = run_side_by_side([command("reproduce", *out, *args) for args, _, _ in cases],
                                tmp_path)
     for (_, status, words), result in zip(cases, results):
         assert_error_line(result, status, *words)
+    assert not (tmp_path / "two").exists()
+
+
+def test_reproduce_reports_each_run_on_its_own_line():
+    """Two configs on the same dataset, model and hidden size are two runs: two lines of the
+    table (one was dropped), and the mean alone where one seed leaves no std."""
+    reproduce = load_script("reproduce")
+
+    def row(config, variant, k, mean, std, n):
+        return {"config": config, "dataset": "planted", "model": "sage", "hidden": 64,
+                "variant": variant, "k": k, "metric": "accuracy", "mean": mean, "std": std,
+                "n": n, "run_dir": f"runs/{config}"}
+    rows = [row("full", "relu", None, 0.5, 0.01, 2), row("full", "maxk8", 8, 0.6, 0.02, 2),
+            row("sampled", "relu", None, 0.4, None, 1), row("sampled", "maxk8", 8, 0.45, None, 1)]
+    table = reproduce.markdown_table(rows, [8], None, "cmd", 60.0, "tf32").splitlines()
+    assert "| full | planted | sage | 64 | 50.00 ± 1.00 | 60.00 ± 2.00 (+10.00) |" in table
+    assert "| sampled | planted | sage | 64 | 40.00 | 45.00 (+5.00) |" in table
 
 
 def test_reproduce_ctrl_c_stops_the_run_resumably(tmp_path):

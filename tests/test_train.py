@@ -248,6 +248,9 @@ def test_experiment_stop_and_resume(tmp_path):
     # the run's wall time covers every call (a resume that finds it finished adds its own)
     again = T.run_experiment(device="cpu", resume=part["run_dir"], progress=False, quiet=True)
     assert again["wall_seconds"] > full["wall_seconds"] > part["wall_seconds"] > 0
+    # and keeps every call's environment (threads, host, versions), oldest first
+    assert part["earlier_environments"] == []
+    assert again["earlier_environments"] == [part["environment"], full["environment"]]
     ref = T.run_experiment(cfg, device="cpu", out=tmp_path / "ref", progress=False,
                            quiet=True)
     (v_full,), (v_ref,) = full["variants"].values(), ref["variants"].values()
@@ -785,3 +788,19 @@ def test_loss_is_cross_entropy(dtype):
     assert torch.equal(loss_fn(logits, multi, True),
                        torch.nn.functional.binary_cross_entropy_with_logits(logits, multi))
 
+
+
+def test_one_seed_has_no_standard_deviation(tmp_path):
+    """The sample std is undefined for one value: null in results.json and no '± 0.00' in the
+    summary (a paper would quote it as a measured spread)."""
+    from dgl_maxk.training.metrics import mean_std_text, stats
+    from dgl_maxk.training.report import summary_lines
+    assert stats([0.5])["std"] is None and stats([0.5, 0.7])["std"] > 0
+    assert mean_std_text(stats([0.5])) == "50.00"
+    assert mean_std_text(stats([0.5, 0.7])) == "60.00 ± 14.14"
+    results = T.run_experiment(small_config(**{"train.epochs": 2}), device="cpu",
+                               out=tmp_path, progress=False, quiet=True)
+    (variant,) = results["variants"].values()
+    assert variant["test"]["n"] == 1 and variant["test"]["std"] is None
+    line = next(line for line in summary_lines(results) if "hidden" in line)
+    assert "±" not in line and f"{100 * variant['test']['mean']:.2f} (n=1" in line

@@ -37,11 +37,18 @@ def evaluate(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, met
 
 
 def stats(values) -> dict:
-    """Mean, sample standard deviation and count of the numbers in ``values`` (None and NaN
-    left out)."""
+    """Mean, sample standard deviation (ddof 1; None for fewer than two numbers, where it is
+    undefined) and count of the numbers in ``values`` (None and NaN left out)."""
     vals = [v for v in values if v is not None and not math.isnan(v)]
     if not vals:
         return {"mean": None, "std": None, "n": 0}
     arr = np.asarray(vals, dtype=np.float64)
-    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else None,
             "n": len(vals)}
+
+
+def mean_std_text(s: dict, scale: float = 100.0) -> str:
+    """``mean ± std`` of a :func:`stats` result, scaled (percent by default); the mean alone
+    for one number."""
+    mean = f"{scale * s['mean']:.2f}"
+    return mean if s["std"] is None else f"{mean} ± {scale * s['std']:.2f}"

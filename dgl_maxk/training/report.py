@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from .. import envinfo
-from .metrics import stats
+from .metrics import mean_std_text, stats
 from .precision import MATMUL_PRECISION
 
 
@@ -57,7 +57,7 @@ def summary_lines(results: dict) -> list[str]:
             continue
         what = f"k={v['k']}" if v["k"] is not None else "ReLU"
         lines.append(f"  {vname:>10} ({v['model']}, {what}, hidden {v['hidden']}): "
-                     f"{v['metric']} {100 * t['mean']:.2f} ± {100 * t['std']:.2f} "
+                     f"{v['metric']} {mean_std_text(t)} "
                      f"(n={t['n']}; val {100 * v['val']['mean']:.2f}; "
                      f"{1e3 * ep['mean']:.1f} ms/epoch)")
     if not results["complete"]:

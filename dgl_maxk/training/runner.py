@@ -107,7 +107,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
                           "seeds with resume")
     cfg = _resumed_config(resume) if resume is not None else _fresh_config(cfg, seeds)
     variants = expand_variants(cfg)
-    cache, loaded = _load_datasets(variants, dataset_cache)
+    cache, loaded = load_datasets(variants, dataset_cache)
     if resume is not None:
         run_dir = Path(resume)
         _preflight(run_dir, variants, restart_corrupt)
@@ -116,8 +116,10 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
     with _only_run_in(run_dir, rank), _run_log(run_dir, quiet, rank) as stdout, \
             StopSignals() as signals:
         _log_header(run_dir, dev, world, cfg, variants, loaded)
-        # a resumed run's wall time adds this call's to its earlier calls'
-        started = time.perf_counter() - _earlier_wall_seconds(run_dir)
+        # a resumed run's wall time adds this call's to its earlier calls', whose
+        # environments (host, versions, threads) are kept beside this call's
+        earlier = _earlier_calls(run_dir)
+        started = time.perf_counter() - earlier["wall_seconds"]
         try:
             per_variant, complete = _train_variants(variants, cache, run_dir, dev, budget,
                                                     signals, progress and rank == 0,
@@ -128,6 +130,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
         precision = _run_precision(variants)
         results = {"name": cfg["name"], "config": cfg, "precision": precision,
                    "environment": environment(dev, precision),
+                   "earlier_environments": earlier["environments"],
                    "run_dir": str(run_dir), "variants": per_variant, "complete": complete,
                    "wall_seconds": time.perf_counter() - started, "processes": world}
         if rank == 0:
@@ -185,22 +188,26 @@ def _dataset_key(vcfg) -> str:
     return json.dumps(vcfg["dataset"], sort_keys=True)
 
 
-def _load_datasets(variants, cache):
-    """Every dataset of the run, loaded before anything is written (a missing one fails
-    before the run directory exists); returns the cache and a log line per loaded one."""
+def load_datasets(variants: dict, cache: dict | None = None):
+    """Every dataset of a run's ``variants`` (``expand_variants``), loaded before anything is
+    written (a missing one fails before the run directory exists) into ``cache`` (a dict
+    that ``run_experiment(dataset_cache=...)`` reuses); returns the cache and a log line per
+    dataset."""
     cache = cache if cache is not None else {}
-    loaded = []
+    loaded = {}
     for vcfg in variants.values():
-        key = _dataset_key(vcfg)
-        if key in cache:
+        key, d = _dataset_key(vcfg), vcfg["dataset"]
+        if key in loaded:
             continue
-        d = vcfg["dataset"]
+        if key in cache:
+            loaded[key] = f"dataset {d['name']}: {cache[key].summary()} (loaded before)"
+            continue
         t0 = time.perf_counter()
         cache[key] = _data.load_dataset(d["name"], root=d["root"], self_loops=d["self_loops"],
                                         **d["params"])
-        loaded.append(f"dataset {d['name']}: {cache[key].summary()} "
-                      f"(loaded in {time.perf_counter() - t0:.1f} s)")
-    return cache, loaded
+        loaded[key] = (f"dataset {d['name']}: {cache[key].summary()} "
+                       f"(loaded in {time.perf_counter() - t0:.1f} s)")
+    return cache, list(loaded.values())
 
 
 def _preflight(run_dir: Path, variants: dict, restart_corrupt: bool):
@@ -213,12 +220,22 @@ def _preflight(run_dir: Path, variants: dict, restart_corrupt: bool):
                 raise CheckpointError(files.unreadable)
 
 
-def _earlier_wall_seconds(run_dir: Path) -> float:
+def _earlier_calls(run_dir: Path) -> dict:
+    """What the run's results.json holds of the calls before this one (a resume): their wall
+    seconds in all, and their environments, oldest first (none for a new run)."""
     try:
-        seconds = json.loads((run_dir / "results.json").read_text())["wall_seconds"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0.0
-    return float(seconds) if isinstance(seconds, (int, float)) else 0.0
+        saved = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        saved = {}
+    if not isinstance(saved, dict):
+        saved = {}
+    seconds = saved.get("wall_seconds")
+    environments = saved.get("earlier_environments")
+    environments = list(environments) if isinstance(environments, list) else []
+    if isinstance(saved.get("environment"), dict):
+        environments.append(saved["environment"])
+    return {"wall_seconds": float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+            "environments": environments}
 
 
 @contextlib.contextmanager

@@ -63,6 +63,17 @@ def _startup_hook():
     return str(found[0]) if found else None
 
 
+def _cpu_model():
+    """The CPU's model name (Linux's /proc/cpuinfo; platform.processor() elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def collect(device=None) -> dict:
     """The environment as a JSON-serialisable dict (``device``: the one a run uses)."""
     cuda = _cuda(device)
@@ -75,6 +86,8 @@ def collect(device=None) -> dict:
         "dgl": dgl.__version__,
         "numpy": _version("numpy"),
         "ogb": _version("ogb"),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda": cuda,
@@ -94,7 +107,8 @@ def format_report(info: dict) -> str:
         f"dgl_maxk {info['dgl_maxk'] or '(not installed)'} from {info['dgl_maxk_path']}",
         f"python {info['python']} on {info['platform']}",
         f"torch {info['torch']}, dgl {info['dgl']}, ogb {info['ogb']}, numpy {info['numpy']}",
-        f"torch CPU threads: {info['torch_threads']}; float32 matmul precision: "
+        f"CPU: {info['cpu'] or 'unknown'} ({info['cpu_count']} cores); torch CPU threads: "
+        f"{info['torch_threads']}; float32 matmul precision: "
         f"{info['float32_matmul_precision']}",
         f"CUDA: " + (f"available ({', '.join(cuda['gpus'])}; torch built for CUDA "
                      f"{cuda['torch_cuda']})" if cuda["available"] else "not available"),

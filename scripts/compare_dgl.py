@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import torch
 from torch.nn import functional as F
@@ -49,7 +49,6 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dgl_maxk  # noqa: E402
-from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
@@ -58,6 +57,7 @@ from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E
 from dgl_maxk.models import MODELS, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
+from dgl_maxk.training.report import environment  # noqa: E402
 from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
                                          precision_scope)
 from dgl_maxk.training.step import FullGraphStep, make_optimizer  # noqa: E402
@@ -124,10 +124,18 @@ def training_step(model, graph, feats, labels, mask, opt, precision, cuda_graph=
                          cuda_graph=cuda_graph)
 
 
+class Timing(NamedTuple):
+    """Full-graph training's epochs: median and range (ms), peak memory (GiB, GPU only),
+    and whether its step ran from a CUDA graph."""
+    ms: float
+    spread: tuple
+    peak: Optional[float]
+    graphed: bool
+
+
 def time_training(model, graph, feats, labels, mask, device, epochs, warmup, precision,
-                  cuda_graph=True):
-    """Median epoch time (ms), peak memory (GiB, GPU only) of full-graph training, and
-    whether its step ran from a CUDA graph."""
+                  cuda_graph=True) -> Timing:
+    """The :class:`Timing` of ``epochs`` epochs after ``warmup``."""
     model = model.to(device)
     step = training_step(model, graph, feats, labels, mask,
                          make_optimizer(model.parameters(), 0.01), precision, cuda_graph)
@@ -141,7 +149,7 @@ def time_training(model, graph, feats, labels, mask, device, epochs, warmup, pre
         if epoch >= warmup:
             times.append(t.ms)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return statistics.median(times), peak, step.graphed
+    return Timing(statistics.median(times), (min(times), max(times)), peak, step.graphed)
 
 
 def time_aggregation(graph, width, norm, layers, device, repeats):
@@ -372,11 +380,9 @@ def run(args):
                   "cusparse-relu" if device.type == "cuda" else "csr-relu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
-            else platform.processor() or "cpu")
-    env = {**envinfo.collect(device), "device_name": name, "dgl_maxk_backend": backend,
-           "stock_dgl_device": str(dgl_device), "precision": args.precision,
-           "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    env = environment(device, args.precision)  # the trainer's: host, commit, CPU, versions
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else env["cpu"]
+    env.update(device_name=name, dgl_maxk_backend=backend, stock_dgl_device=str(dgl_device))
     print(f"device {name}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
           + ("" if dgl_device == device else " (this DGL has no CUDA)")
           + f"; precision {args.precision} for every arm")
@@ -423,19 +429,22 @@ def compare_model(case, model_name, setup) -> list:
     timing = (args.epochs, args.warmup, args.precision)
     rows = []
 
-    def record(variant, ms, peak, graphed, where, note=""):
+    def record(variant, timing, where, note=""):
         rows.append({"graph": case.name, "model": model_name, "variant": variant,
-                     "epoch_ms": ms, "peak_gib": peak, "cuda_graph": graphed,
+                     "epoch_ms": timing.ms, "epoch_ms_range": list(timing.spread),
+                     "peak_gib": timing.peak, "cuda_graph": timing.graphed,
                      "device": str(where), "note": note})
-        mem = f"{peak:.2f} GiB" if peak is not None else "-"
-        launch = "CUDA graph" if graphed else "eager"
-        print(f"  {model_name:4s} {variant:14s} {ms:9.1f} ms/epoch  peak {mem:>10s}"
-              f"  on {where}, {launch} {note}", flush=True)
+        mem = f"{timing.peak:.2f} GiB" if timing.peak is not None else "-"
+        launch = "CUDA graph" if timing.graphed else "eager"
+        low, high = timing.spread
+        print(f"  {model_name:4s} {variant:14s} {timing.ms:9.1f} ms/epoch ({low:.1f}-"
+              f"{high:.1f})  peak {mem:>10s}  on {where}, {launch} {note}", flush=True)
 
     torch.manual_seed(args.seed)
     base = build_model(model_name, nonlinearity="relu", **kwargs)
-    ms, peak, graphed = time_training(base, case.graph, *case.on_device, device, *timing)
-    record(baseline, ms, peak, graphed, device)
+    base_timing = time_training(base, case.graph, *case.on_device, device, *timing)
+    record(baseline, base_timing, device)
+    ms = base_timing.ms
     agg_ms = time_aggregation(case.graph, args.hidden, AGG_NORM[model_name], case.layers,
                               device, args.epochs)
     share = min(agg_ms / ms, 0.999)
@@ -444,10 +453,9 @@ def compare_model(case, model_name, setup) -> list:
     for k in args.ks:
         torch.manual_seed(args.seed)
         model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
-        ms_k, peak_k, graphed = time_training(model, case.graph, *case.on_device, device,
-                                              *timing)
-        speedup = ms / ms_k
-        record(f"maxk-k{k}", ms_k, peak_k, graphed, device,
+        maxk_timing = time_training(model, case.graph, *case.on_device, device, *timing)
+        speedup = ms / maxk_timing.ms
+        record(f"maxk-k{k}", maxk_timing, device,
                f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
         rows[-1].update(speedup=speedup, fraction_of_limit=speedup / limit)
     for row in rows:
@@ -474,21 +482,19 @@ def time_relu_libraries(case, model_name, setup, record):
                         case.layers, args.dropout)
         # stock DGL as its users run it: eagerly (a CUDA build of DGL may synchronise inside
         # its C++ code, which no capture survives)
-        ms, peak, graphed = time_training(
+        record("dgl-relu", time_training(
             stock, case.graph.to(dgl_device), case.feats.to(dgl_device),
             case.labels.to(dgl_device), case.mask.to(dgl_device), dgl_device,
-            max(1, args.epochs // 3), 1, args.precision, cuda_graph=False)
-        record("dgl-relu", ms, peak, graphed, dgl_device)
+            max(1, args.epochs // 3), 1, args.precision, cuda_graph=False), dgl_device)
     else:
         print(f"  {model_name:4s} dgl-relu       skipped: this DGL has no CUDA and the "
               f"graph has more than {args.dgl_cpu_max_edges:.0e} edges")
     pyg = pyg_model(model_name, case.feats.shape[1], args.hidden, case.classes, case.layers,
                     args.dropout)
     if pyg is not None:
-        ms, peak, graphed = time_training(pyg, pyg_adjacency(case.graph, device),
-                                          *case.on_device, device, args.epochs, args.warmup,
-                                          args.precision)
-        record("pyg-relu", ms, peak, graphed, device)
+        record("pyg-relu", time_training(pyg, pyg_adjacency(case.graph, device),
+                                         *case.on_device, device, args.epochs, args.warmup,
+                                         args.precision), device)
 
 
 def markdown_table(results, precision):

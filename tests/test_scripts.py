@@ -228,3 +228,22 @@ def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
                                   row("eager", 1, 60.0)], args)
     scaling = [line.split("|")[9].strip() for line in table.splitlines()[4:]]
     assert scaling == ["1.00x", "2.50x", "1.00x"]
+
+
+def test_compare_dgl_records_what_a_paper_needs(tmp_path):
+    """Each arm's epoch range beside its median, and the machine: host, commit, CPU model."""
+    import json
+    result = run_side_by_side([command("compare_dgl", "--graphs", "small", "--models", "sage",
+                                       "--ks", "8", "--epochs", "3", "--warmup", "0",
+                                       "--device", "cpu", "--out", tmp_path / "cmp")],
+                              tmp_path)[0]
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    env = saved["environment"]
+    assert {"host", "git_commit", "cpu", "cpu_count", "precision"} <= set(env)
+    assert env["device_name"] == env["cpu"] and env["precision"] == "tf32"
+    timed = [r for r in saved["results"] if "epoch_ms" in r]
+    assert {r["variant"] for r in timed} >= {"csr-relu", "maxk-k8"}
+    for r in timed:
+        low, high = r["epoch_ms_range"]
+        assert 0 < low <= r["epoch_ms"] <= high

@@ -30,7 +30,8 @@ plot; ``--profile`` adds a per-operation breakdown of one epoch of each model.
 
 As with ``python -m dgl_maxk train``, a failure is one line, ``error: ...``, and the exit
 status says what happened: 2 bad arguments (checked before any work), 3 a dataset missing or
-unreadable (when its turn comes), 130 Ctrl-C.
+unreadable (when its turn comes), 130 Ctrl-C (the models measured before it are written,
+marked ``"interrupted": true``).
 """
 from __future__ import annotations
 
@@ -345,7 +346,8 @@ def main(argv=None) -> int:
         with precision_scope(args.precision):
             run(args)
         return 0
-    return run_command(compare, "interrupted; nothing written")
+    return run_command(compare, f"interrupted; what was measured before it, if anything, "
+                                f"is in {Path(args.out) / 'compare.json'}")
 
 
 @dataclass
@@ -387,18 +389,31 @@ def run(args):
           + ("" if dgl_device == device else " (this DGL has no CUDA)")
           + f"; precision {args.precision} for every arm")
     results = []
-    for graph_name in args.graphs:
-        case = load_case(graph_name, setup)
-        for model_name in args.models:
-            results.extend(compare_model(case, model_name, setup))
-        del case
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    try:
+        for graph_name in args.graphs:
+            case = load_case(graph_name, setup)
+            for model_name in args.models:
+                results.extend(compare_model(case, model_name, setup))
+            del case
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    except KeyboardInterrupt:  # keep what was measured (run_command reports the Ctrl-C)
+        if results:
+            write_outputs(out, env, args, results, interrupted=True)
+        raise
+    write_outputs(out, env, args, results)
 
+
+def write_outputs(out, env, args, results, interrupted=False):
+    """compare.json, compare.md and compare.png (``interrupted``: the arms measured before a
+    Ctrl-C, said in both files)."""
     table = markdown_table(results, args.precision)
+    if interrupted:
+        table = "Interrupted: the arms measured before Ctrl-C only.\n\n" + table
     print("\n" + table)
-    (out / "compare.json").write_text(json.dumps({"environment": env, "args": vars(args),
-                                                  "results": results}, indent=2))
+    (out / "compare.json").write_text(json.dumps(
+        {"environment": env, "args": vars(args), "interrupted": interrupted,
+         "results": results}, indent=2))
     (out / "compare.md").write_text(table + "\n")
     plot(results, out / "compare.png")
     print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")

@@ -184,6 +184,7 @@ def test_bench_kernels_bad_input_is_one_line(tmp_path):
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -247,3 +248,30 @@ def test_compare_dgl_records_what_a_paper_needs(tmp_path):
     for r in timed:
         low, high = r["epoch_ms_range"]
         assert 0 < low <= r["epoch_ms"] <= high
+
+
+def test_compare_dgl_interrupted_keeps_what_it_measured(tmp_path, monkeypatch):
+    import json
+    compare = load_script("compare_dgl")
+    args = compare.parse_args(["--graphs", "small", "medium", "--models", "sage", "--device",
+                               "cpu", "--out", str(tmp_path / "cmp")])
+    graphs = []
+
+    def measured(case, model_name, setup):
+        if graphs:  # the second graph: Ctrl-C
+            raise KeyboardInterrupt
+        graphs.append(case)
+        common = {"graph": case, "model": model_name, "epoch_ms_range": [4.0, 6.0],
+                  "peak_gib": None, "cuda_graph": False, "device": "cpu", "note": "",
+                  "aggregation_ms": 2.0, "aggregation_share": 0.4, "amdahl_limit": 1.67,
+                  "plan_ms": 1.0}
+        return [{**common, "variant": "csr-relu", "epoch_ms": 5.0},
+                {**common, "variant": "maxk-k8", "epoch_ms": 4.0, "speedup": 1.25,
+                 "fraction_of_limit": 0.75}]
+    monkeypatch.setattr(compare, "load_case", lambda name, setup: name)
+    monkeypatch.setattr(compare, "compare_model", measured)
+    with pytest.raises(KeyboardInterrupt):
+        compare.run(args)
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert saved["interrupted"] and {r["graph"] for r in saved["results"]} == {"small"}
+    assert (tmp_path / "cmp" / "compare.md").read_text().startswith("Interrupted")

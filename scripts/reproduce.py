@@ -8,7 +8,9 @@ line).
 
 Each (config, hidden size) becomes one run of ``dgl_maxk.training.run_experiment`` whose
 variants are ``relu`` and ``maxk<k>`` for every k; its run directory (checkpoints,
-histories, results.json) lands under ``--out``. The summary files are
+histories, results.json) lands under ``--out``. The same command again (after a Ctrl-C, say)
+continues: a run whose directory under ``--out`` holds the same config is resumed, its
+finished seeds kept. The summary files are
 ``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``. ``--precision`` (default tf32,
 the paper's setting) is set as ``train.precision`` of every run, ReLU and MaxK alike.
 
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 from dgl_maxk import training as T  # noqa: E402
 from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
@@ -74,7 +77,7 @@ def main(argv=None):
     args = parse_args(argv)
     return run_command(lambda: reproduce(args),
                        "interrupted outside a run; no summary written (finished runs are "
-                       f"under {Path(args.out) / 'runs'})")
+                       f"under {Path(args.out) / 'runs'}: the same command continues)")
 
 
 def plan_runs(args) -> list:
@@ -111,8 +114,14 @@ def reproduce(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     for path, hidden, cfg in plans:
-        res = T.run_experiment(cfg, device=args.device, out=out / "runs", progress=False,
-                               quiet=True, dataset_cache=cache)
+        earlier = existing_run(out / "runs", cfg)
+        if earlier is not None:  # the same command again: continue, keep finished seeds
+            print(f"continuing {earlier}")
+            res = T.run_experiment(device=args.device, resume=earlier, progress=False,
+                                   quiet=True, dataset_cache=cache)
+        else:
+            res = T.run_experiment(cfg, device=args.device, out=out / "runs", progress=False,
+                                   quiet=True, dataset_cache=cache)
         runs.append(res["run_dir"])
         for vname, v in res["variants"].items():
             rows.append({"config": Path(path).stem, "dataset": v["dataset"],
@@ -135,6 +144,19 @@ def reproduce(args) -> int:
     print(md)
     print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'accuracy_vs_k.png'}")
     return 0
+
+
+def existing_run(runs: Path, cfg: dict):
+    """The newest run directory under ``runs`` made for exactly ``cfg`` (its config.yaml),
+    or None."""
+    for run_dir in sorted(runs.glob(f"{cfg['name']}-*"), reverse=True):
+        try:
+            saved = T.validate_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
+        except (OSError, yaml.YAMLError, T.ConfigError):
+            continue  # not a run directory of this script's, or a damaged one
+        if saved == cfg:
+            return run_dir
+    return None
 
 
 def _cell(row):

@@ -275,3 +275,26 @@ def test_compare_dgl_interrupted_keeps_what_it_measured(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert saved["interrupted"] and {r["graph"] for r in saved["results"]} == {"small"}
     assert (tmp_path / "cmp" / "compare.md").read_text().startswith("Interrupted")
+
+
+def test_reproduce_again_continues_its_runs(tmp_path):
+    """The same command again resumes each run of the same config (nothing retrained, the
+    same results); another config is a new run."""
+    import json
+    out = tmp_path / "out"
+    base = ["--configs", "configs/quickstart.yaml", "--k", "8", "--seeds", "2", "--device",
+            "cpu", "--out", out, "--set", "train.epochs=3", "dataset.params.num_nodes=300"]
+    first, = run_side_by_side([command("reproduce", *base)], tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = json.loads((out / "results.json").read_text())["rows"]
+    again, = run_side_by_side([command("reproduce", *base)], tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    (run_dir,) = (out / "runs").iterdir()
+    assert f"continuing {run_dir}" in again.stdout
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [(r["variant"], r["mean"]) for r in rows] == [(r["variant"], r["mean"])
+                                                          for r in before]
+    other, = run_side_by_side([command("reproduce", *base, "train.lr=0.02")], tmp_path,
+                              timeout=300)
+    assert other.returncode == 0 and "continuing" not in other.stdout
+    assert len(list((out / "runs").iterdir())) == 2

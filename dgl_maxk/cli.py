@@ -160,14 +160,15 @@ def main(argv=None) -> int:
                        "command again)")
 
 
-def run_command(command, on_sigint: str) -> int:
+def run_command(command, on_sigint) -> int:
     """``command()``'s exit status, or a known failure's after its one line on stderr
-    (:func:`known_failure`), or 130 after ``on_sigint`` for a Ctrl-C that no run turned into
-    a stop. The scripts report their failures through it too."""
+    (:func:`known_failure`), or 130 after ``on_sigint`` (a line, or a function that says it
+    then) for a Ctrl-C that no run turned into a stop. The scripts report their failures
+    through it too."""
     try:
         return command()
     except KeyboardInterrupt:
-        print(on_sigint, file=sys.stderr)
+        print(on_sigint() if callable(on_sigint) else on_sigint, file=sys.stderr)
         return EXIT_SIGINT
     except Exception as err:
         failure = known_failure(err)

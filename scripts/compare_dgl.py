@@ -341,13 +341,17 @@ def main(argv=None) -> int:
     """0, or the exit status of ``python -m dgl_maxk train`` for the same failure after one
     line."""
     args = parse_args(argv)
+    written = []  # compare.json, where a Ctrl-C came after a model was measured
 
     def compare():
         with precision_scope(args.precision):
-            run(args)
+            run(args, written)
         return 0
-    return run_command(compare, f"interrupted; what was measured before it, if anything, "
-                                f"is in {Path(args.out) / 'compare.json'}")
+
+    def interrupted():
+        return (f"interrupted; the models measured before it are in {written[0]}" if written
+                else "interrupted before a model was measured; nothing written")
+    return run_command(compare, interrupted)
 
 
 @dataclass
@@ -374,7 +378,9 @@ class GraphCase:
     plan_ms: float
 
 
-def run(args):
+def run(args, written=None):
+    """Every graph x model, then the outputs; on Ctrl-C, the outputs of the models measured
+    before it (their compare.json appended to ``written``), then the KeyboardInterrupt."""
     device = resolve_device(args.device)
     dgl_device = device if device.type == "cuda" and stock_dgl_has_cuda(device) else torch.device("cpu")
     backend = backends.for_tensor(torch.empty(0, device=device)).__name__.rsplit(".", 1)[-1]
@@ -383,7 +389,7 @@ def run(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment(device, args.precision)  # the trainer's: host, commit, CPU, versions
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else env["cpu"]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else env["cpu"] or "cpu"
     env.update(device_name=name, dgl_maxk_backend=backend, stock_dgl_device=str(dgl_device))
     print(f"device {name}; dgl_maxk backend: {backend}; stock DGL runs on {dgl_device}"
           + ("" if dgl_device == device else " (this DGL has no CUDA)")
@@ -400,6 +406,8 @@ def run(args):
     except KeyboardInterrupt:  # keep what was measured (run_command reports the Ctrl-C)
         if results:
             write_outputs(out, env, args, results, interrupted=True)
+            if written is not None:
+                written.append(out / "compare.json")
         raise
     write_outputs(out, env, args, results)
 

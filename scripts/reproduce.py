@@ -61,6 +61,9 @@ def parse_args(argv=None):
     p.add_argument("--out", default="runs/reproduce")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--title", default=None, help="heading of the markdown table")
+    p.add_argument("--restart-corrupt", action="store_true",
+                   help="when continuing runs: restart a seed whose checkpoint cannot be read "
+                        "(as python -m dgl_maxk train --resume --restart-corrupt)")
     p.add_argument("--precision", choices=PRECISIONS, default="tf32",
                    help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
                         "paper's, default) or bf16 (TF32 plus bfloat16 autocast)")
@@ -118,7 +121,8 @@ def reproduce(args) -> int:
         if earlier is not None:  # the same command again: continue, keep finished seeds
             print(f"continuing {earlier}")
             res = T.run_experiment(device=args.device, resume=earlier, progress=False,
-                                   quiet=True, dataset_cache=cache)
+                                   quiet=True, dataset_cache=cache,
+                                   restart_corrupt=args.restart_corrupt)
         else:
             res = T.run_experiment(cfg, device=args.device, out=out / "runs", progress=False,
                                    quiet=True, dataset_cache=cache)
@@ -152,7 +156,7 @@ def existing_run(runs: Path, cfg: dict):
     for run_dir in sorted(runs.glob(f"{cfg['name']}-*"), reverse=True):
         try:
             saved = T.validate_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
-        except (OSError, yaml.YAMLError, T.ConfigError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, T.ConfigError):
             continue  # not a run directory of this script's, or a damaged one
         if saved == cfg:
             return run_dir

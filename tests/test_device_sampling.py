@@ -879,6 +879,7 @@ def test_a_sampled_block_in_a_dgl_training_loop():
     _, _, (block,) = NeighborSampler([3]).sample(
         DeviceGraph.from_dgl(dgl.rand_graph(50, 200), "cpu"), torch.arange(6))
     assert block.to("cpu") is block and block.to(torch.device("cpu")) is block
+    assert block.to("cpu", non_blocking=True) is block
     with pytest.raises(ValueError, match=r"stays on the device it was sampled on \(cpu\)"):
         block.to("meta")
     assert not hasattr(block, "srcdata")
@@ -1051,6 +1052,9 @@ def test_the_run_log_says_how_mini_batch_steps_run():
                            "relu eager (graphed: replayed from a CUDA graph")
     assert runner._minibatch_steps_line({"maxk": maxk}, torch.device("cuda"), 2) == (
         "mini-batch steps (sampling.cuda_graph: auto): maxk eager")
+    every = small_config(**{"mode": "minibatch", "sampling.fanouts": [-1, 4]})
+    assert runner._minibatch_steps_line({"maxk": every}, torch.device("cuda"), 1).endswith(
+        "maxk eager")  # a fan-out of -1 bounds no block: nothing to pad to
 
 
 def test_auto_says_nothing_where_it_does_not_apply(planted, tmp_path, caplog):

@@ -270,8 +270,10 @@ def test_compare_dgl_interrupted_keeps_what_it_measured(tmp_path, monkeypatch):
                  "fraction_of_limit": 0.75}]
     monkeypatch.setattr(compare, "load_case", lambda name, setup: name)
     monkeypatch.setattr(compare, "compare_model", measured)
+    written = []
     with pytest.raises(KeyboardInterrupt):
-        compare.run(args)
+        compare.run(args, written)
+    assert written == [tmp_path / "cmp" / "compare.json"]
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert saved["interrupted"] and {r["graph"] for r in saved["results"]} == {"small"}
     assert (tmp_path / "cmp" / "compare.md").read_text().startswith("Interrupted")
@@ -298,3 +300,12 @@ def test_reproduce_again_continues_its_runs(tmp_path):
                               timeout=300)
     assert other.returncode == 0 and "continuing" not in other.stdout
     assert len(list((out / "runs").iterdir())) == 2
+
+
+def test_reproduce_skips_run_directories_it_cannot_read(tmp_path):
+    reproduce = load_script("reproduce")
+    for name, text in (("q-1", b"\xff\xfe not utf-8"), ("q-2", b"- a list"), ("q-3", b"")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_bytes(text)
+    (tmp_path / "q-4").mkdir()  # no config.yaml
+    assert reproduce.existing_run(tmp_path, {"name": "q"}) is None

@@ -325,9 +325,10 @@ class SampledBlock:
     def in_degrees(self) -> torch.Tensor:
         return self.plan.in_degrees
 
-    def to(self, device):
+    def to(self, device, **kwargs):
         """The block itself, on its device already (a DGL training loop's
-        ``[b.to(device) for b in blocks]``); a sampled block stays where it was sampled."""
+        ``[b.to(device, non_blocking=True) for b in blocks]``: the keywords change nothing); a
+        sampled block stays where it was sampled."""
         device = torch.device(device)
         if device.type == self.device.type and device.index in (None, self.device.index):
             return self

@@ -19,6 +19,8 @@ what they would unpadded, and the padding rows add nothing to the gradients.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..sparse import SampledBlock, deferred_checks, raise_recorded_checks
@@ -34,8 +36,8 @@ def graph_applies(device, sampler: str) -> bool:
 def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int) -> bool:
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
     True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
-    one process where a graphed step applies. Measured (BENCHMARKS.md, ninth session): graphed MaxK steps no slower than
-    eager ones on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work);
+    one process where a graphed step applies. Measured (BENCHMARKS.md, ninth session):
+    graphed MaxK steps no slower than eager ones on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work);
     under torchrun the graphed step's own all-reduce was not measured through the trainer,
     which keeps DDP there."""
     if setting != "auto":
@@ -233,6 +235,10 @@ class SampledStep:
                 return False  # not a full batch of the device sampler: nothing to allocate
             if _padded_edges(*self.sizes) > _MAX_PADDING * sum(b.num_edges() for b in blocks):
                 self.graphed = False  # fan-outs far above the degrees: padding would cost more
+                warnings.warn(f"the fan-outs {fanouts} are far above this graph's degrees: "
+                              "padded to fixed sizes, its batches would hold more than "
+                              f"{_MAX_PADDING}x their edges, so the steps run eagerly",
+                              RuntimeWarning, stacklevel=3)
                 return False
             batch = PaddedBatch(*self.sizes, features, labels)
             if not batch.fits(blocks, features, labels):

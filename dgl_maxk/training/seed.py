@@ -51,12 +51,13 @@ class Budget:
 
 def graphed_minibatch(cfg: dict, device, world: int) -> bool:
     """Whether a run of ``cfg`` replays its mini-batch steps from a CUDA graph (where the
-    batches fit): mini-batch mode and ``sampling.cuda_graph`` resolved for this model,
-    device and process count."""
+    batches fit): mini-batch mode, fan-outs that bound every block (no -1), and
+    ``sampling.cuda_graph`` resolved for this model, device and process count."""
     sampling = cfg["sampling"]
-    return cfg["mode"] == "minibatch" and resolve_cuda_graph(
-        sampling["cuda_graph"], maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
-        sampler=sampling["sampler"], world=world)
+    return (cfg["mode"] == "minibatch" and all(f > 0 for f in sampling["fanouts"])
+            and resolve_cuda_graph(sampling["cuda_graph"],
+                                   maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
+                                   sampler=sampling["sampler"], world=world))
 
 
 class _SeedRun:

@@ -31,7 +31,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 from dgl_maxk import training as T  # noqa: E402
 from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
@@ -40,7 +39,7 @@ from dgl_maxk.training.checkpoint import write_json  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
 from dgl_maxk.training.metrics import mean_std_text  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
-from dgl_maxk.training.runner import load_datasets  # noqa: E402
+from dgl_maxk.training.runner import load_datasets, run_config  # noqa: E402
 from dgl_maxk.training.report import environment  # noqa: E402
 
 
@@ -155,11 +154,10 @@ def existing_run(runs: Path, cfg: dict):
     or None."""
     for run_dir in sorted(runs.glob(f"{cfg['name']}-*"), reverse=True):
         try:
-            saved = T.validate_config(yaml.safe_load((run_dir / "config.yaml").read_text()))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, T.ConfigError):
-            continue  # not a run directory of this script's, or a damaged one
-        if saved == cfg:
-            return run_dir
+            if run_config(run_dir) == cfg:
+                return run_dir
+        except T.ConfigError:
+            continue  # not a run directory, or a damaged one
     return None
 
 

@@ -17,6 +17,7 @@ import numbers
 
 import torch
 
+
 class NaNError(ValueError):
     """A NaN in an input, found by a content check: the message names the tensor, the NaN
     count and the first position."""

@@ -105,7 +105,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
     if resume is not None and seeds is not None:
         raise ConfigError("a resumed run keeps the seeds of its config.yaml; do not pass "
                           "seeds with resume")
-    cfg = _resumed_config(resume) if resume is not None else _fresh_config(cfg, seeds)
+    cfg = run_config(resume) if resume is not None else _fresh_config(cfg, seeds)
     variants = expand_variants(cfg)
     cache, loaded = load_datasets(variants, dataset_cache)
     if resume is not None:
@@ -165,8 +165,9 @@ def _fresh_config(cfg, seeds) -> dict:
     return cfg
 
 
-def _resumed_config(run_dir) -> dict:
-    """The validated config.yaml of the run directory to continue."""
+def run_config(run_dir) -> dict:
+    """The validated config.yaml of a run directory (to continue it); a ConfigError saying
+    why where there is none to read."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"--resume {run_dir}: no config.yaml there (not a run directory)")

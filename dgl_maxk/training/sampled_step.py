@@ -37,9 +37,9 @@ def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int)
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
     True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
     one process where a graphed step applies. Measured (BENCHMARKS.md, ninth session):
-    graphed MaxK steps no slower than eager ones on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work);
-    under torchrun the graphed step's own all-reduce was not measured through the trainer,
-    which keeps DDP there."""
+    graphed MaxK steps no slower than eager ones on median and steadier; ReLU's slower (the
+    padding doubles its cuSPARSE work); under torchrun the graphed step's own all-reduce was
+    not measured through the trainer, which keeps DDP there."""
     if setting != "auto":
         return bool(setting) and graph_applies(device, sampler)
     return maxk and world == 1 and graph_applies(device, sampler)
@@ -61,9 +61,9 @@ def _bounds(fanouts, batch_size, num_nodes):
 _MAX_PADDING = 4
 
 
-def _padded_edges(fanouts, batch_size, num_nodes) -> int:
-    """The edge slots of a :class:`PaddedBatch` of these sizes."""
-    return sum(dst * f for (dst, _), f in zip(_bounds(fanouts, batch_size, num_nodes), fanouts))
+def _edge_caps(bounds, fanouts) -> list:
+    """The edge slots per layer of a :class:`PaddedBatch` with these node bounds."""
+    return [dst * f for (dst, _), f in zip(bounds, fanouts)]
 
 
 class PaddedBatch:
@@ -83,7 +83,7 @@ class PaddedBatch:
         bounds = _bounds(self.fanouts, self.batch_size, int(num_nodes))
         self.dst_bound = [dst for dst, _ in bounds]
         self.dst_cap = [2 * dst for dst in self.dst_bound]
-        self.edge_cap = [dst * f for dst, f in zip(self.dst_bound, self.fanouts)]
+        self.edge_cap = _edge_caps(bounds, self.fanouts)
         self.src_cap = ([max(bounds[0][1] + self.dst_bound[0], self.dst_cap[0])]
                         + self.dst_cap[:-1])
         device = features.device
@@ -233,7 +233,8 @@ class SampledStep:
                                                         for b in blocks)
                     and blocks[-1].num_dst_nodes() == batch_size):
                 return False  # not a full batch of the device sampler: nothing to allocate
-            if _padded_edges(*self.sizes) > _MAX_PADDING * sum(b.num_edges() for b in blocks):
+            padded = sum(_edge_caps(_bounds(*self.sizes), fanouts))
+            if padded > _MAX_PADDING * sum(b.num_edges() for b in blocks):
                 self.graphed = False  # fan-outs far above the degrees: padding would cost more
                 warnings.warn(f"the fan-outs {fanouts} are far above this graph's degrees: "
                               "padded to fixed sizes, its batches would hold more than "

@@ -134,7 +134,8 @@ def time_variants(rank, world, device, args, queue):
                                 k=k or 32, dropout=0.5,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
             graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
-                                         device=device, sampler=sampler, world=world)
+                                         device=device, sampler=sampler, world=world,
+                                         fanouts=args.fanouts)
             if not graphed:  # as the trainer: DDP, unless the step is graphed
                 model = distributed.data_parallel(model, device)
             sampling = {"sampler": sampler, "fanouts": args.fanouts,

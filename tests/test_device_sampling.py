@@ -1020,14 +1020,15 @@ def test_a_cuda_graph_that_cannot_apply_says_so(sampler, planted, tmp_path, capl
 
 def test_sampling_cuda_graph_auto_graphs_maxk_in_one_process_on_a_gpu():
     from dgl_maxk.training.sampled_step import resolve_cuda_graph
-    on = dict(maxk=True, device="cuda", sampler="device", world=1)
+    on = dict(maxk=True, device="cuda", sampler="device", world=1, fanouts=[4, 4])
     assert resolve_cuda_graph("auto", **on)
-    for change in ({"maxk": False}, {"device": "cpu"}, {"sampler": "dgl"}, {"world": 2}):
+    for change in ({"maxk": False}, {"device": "cpu"}, {"sampler": "dgl"}, {"world": 2},
+                   {"fanouts": [-1, 4]}):
         assert not resolve_cuda_graph("auto", **{**on, **change}), change
     for setting in (True, False):  # as set, where a graphed step applies
         assert resolve_cuda_graph(setting, **on) is setting
         assert resolve_cuda_graph(setting, **{**on, "maxk": False, "world": 2}) is setting
-        for change in ({"device": "cpu"}, {"sampler": "dgl"}):
+        for change in ({"device": "cpu"}, {"sampler": "dgl"}, {"fanouts": [-1, 4]}):
             assert resolve_cuda_graph(setting, **{**on, **change}) is False, change
 
 

@@ -33,13 +33,21 @@ def graph_applies(device, sampler: str) -> bool:
     return torch.device(device).type == "cuda" and sampler == "device"
 
 
-def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int) -> bool:
+def _paddable(fanouts) -> bool:
+    """Whether every block of these fan-outs has a degree bound to pad to (no -1)."""
+    return all(f > 0 for f in fanouts)
+
+
+def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int,
+                       fanouts) -> bool:
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
     True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
-    one process where a graphed step applies. Measured (BENCHMARKS.md, ninth session):
+    one process where a graphed step applies. Fan-outs of -1 leave nothing to pad to. Measured (BENCHMARKS.md, ninth session):
     graphed MaxK steps no slower than eager ones on median and steadier; ReLU's slower (the
     padding doubles its cuSPARSE work); under torchrun the graphed step's own all-reduce was
     not measured through the trainer, which keeps DDP there."""
+    if not _paddable(fanouts):
+        return False
     if setting != "auto":
         return bool(setting) and graph_applies(device, sampler)
     return maxk and world == 1 and graph_applies(device, sampler)
@@ -199,7 +207,7 @@ class SampledStep:
         self.sizes = (list(fanouts), int(batch_size), int(num_nodes))
         # padding rows have no in-edges: a layer that refuses those would refuse every padded
         # block (and its check reads the graph on the host)
-        self.graphed = (cuda_graph and all(f > 0 for f in fanouts) and not any(
+        self.graphed = (cuda_graph and _paddable(fanouts) and not any(
             getattr(m, "_allow_zero_in_degree", True) is False for m in model.modules()))
         self.batch = None  # the PaddedBatch, made at the first batch that can use it
         self.replays = 0

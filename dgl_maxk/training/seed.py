@@ -54,10 +54,9 @@ def graphed_minibatch(cfg: dict, device, world: int) -> bool:
     batches fit): mini-batch mode, fan-outs that bound every block (no -1), and
     ``sampling.cuda_graph`` resolved for this model, device and process count."""
     sampling = cfg["sampling"]
-    return (cfg["mode"] == "minibatch" and all(f > 0 for f in sampling["fanouts"])
-            and resolve_cuda_graph(sampling["cuda_graph"],
-                                   maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
-                                   sampler=sampling["sampler"], world=world))
+    return cfg["mode"] == "minibatch" and resolve_cuda_graph(
+        sampling["cuda_graph"], maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
+        sampler=sampling["sampler"], world=world, fanouts=sampling["fanouts"])
 
 
 class _SeedRun:

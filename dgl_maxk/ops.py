@@ -186,6 +186,30 @@ def _autocast_enabled(device_type: str) -> bool:
                 else torch.is_autocast_cpu_enabled())
 
 
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return torch.addmm(bias, x, weight.t())
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        return (grad.mm(weight) if need[0] else None, grad.t().mm(x) if need[1] else None,
+                grad.t().mv(grad.new_ones(grad.shape[0])) if need[2] else None)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+    """``torch.nn.functional.linear`` whose bias gradient is a matrix-vector product (ones
+    times the output's gradient) instead of torch's column sum, which reads tall rows at half
+    the speed (H200, 233k x 256 fp32: 0.19 against 0.09 ms). 2-D input with a bias, outside
+    autocast; otherwise torch's own."""
+    if bias is None or x.dim() != 2 or _autocast_enabled(x.device.type):
+        return torch.nn.functional.linear(x, weight, bias)
+    return _Linear.apply(x, weight, bias)
+
+
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):

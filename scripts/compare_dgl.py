@@ -119,7 +119,10 @@ class Timer:
 
 def training_step(model, graph, feats, labels, mask, opt, precision, cuda_graph=True):
     """Full-graph training's step as ``python -m dgl_maxk train`` runs it (replayed from a
-    CUDA graph on a GPU where it can be captured): call it once per epoch."""
+    CUDA graph on a GPU where it can be captured, on features padded as the trainer pads
+    them for dgl_maxk's models): call it once per epoch."""
+    if hasattr(model, "aligned_input"):
+        feats = model.aligned_input(feats)
     return FullGraphStep(model, graph, feats, labels[mask], opt, rows=mask,
                          multilabel=labels.dim() == 2, precision=precision,
                          cuda_graph=cuda_graph)

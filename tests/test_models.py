@@ -147,6 +147,45 @@ def test_model_structure():
     assert MaxKSAGE(8, 16, 3, 1, nonlinearity="relu").layers[0].k is None
 
 
+@pytest.mark.parametrize("in_feats", (6, 7, 8))
+def test_models_give_the_same_output_on_aligned_input(in_feats):
+    """aligned_input pads to a multiple of 4 columns (only where needed), and every model
+    computes the same output and gradients from the padded features as from the raw ones;
+    lin_in keeps nn.Linear's state dict, and other widths get torch's shape error."""
+    g, feat, labels = planted_partition(in_feats=in_feats)
+    feat = feat.double()
+    for name in MODELS:
+        torch.manual_seed(0)
+        model = build_model(name, in_feats, 16, 3, 2, k=4, dropout=0.0).double()
+        padded = model.aligned_input(feat)
+        assert padded.shape == (feat.shape[0], -(-in_feats // 4) * 4)
+        assert torch.equal(padded[:, :in_feats], feat) and not padded[:, in_feats:].any()
+        assert (padded is feat) == (in_feats % 4 == 0)
+        assert set(model.lin_in.state_dict()) == {"weight", "bias"}
+        assert model.lin_in.weight.shape == (16, in_feats)
+        outs = []
+        for x in (feat, padded):
+            model.zero_grad()
+            out = model(g, x)
+            F.cross_entropy(out, labels).backward()
+            outs.append((out, [p.grad.clone() for p in model.parameters()]))
+        assert torch.allclose(outs[0][0], outs[1][0])
+        for a, b in zip(outs[0][1], outs[1][1]):
+            assert torch.allclose(a, b)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        model(g, torch.randn(feat.shape[0], in_feats + 5, dtype=torch.float64))
+
+
+def test_model_initialisation_unchanged_by_input_linear():
+    """lin_in draws what torch.nn.Linear draws (same seed, same weights)."""
+    torch.manual_seed(3)
+    model = MaxKSAGE(602, 16, 3, 1, k=4)
+    torch.manual_seed(3)
+    plain = torch.nn.Linear(602, 16)
+    assert torch.equal(model.lin_in.weight, plain.weight)
+    assert torch.equal(model.lin_in.bias, plain.bias)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(nonlinearity="gelu"), "nonlinearity"),
     (dict(num_layers=0), "num_layers"),

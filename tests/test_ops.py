@@ -3,6 +3,7 @@ import re
 
 import pytest
 import torch
+from torch.nn import functional as F
 from torch.autograd import gradcheck
 
 import dgl_maxk
@@ -458,6 +459,31 @@ def test_cbsr_addmm_in_place_adds_into_c(h):
         assert torch.allclose(gi, wi)
     assert gradcheck(lambda aa, v, ww: cbsr_addmm(aa * 1.5, x.with_values(v), ww, inplace=True),
                      (a, x.values, w))
+
+
+def test_linear_is_torch_linear():
+    """ops.linear: F.linear's value and gradients (input, weight, bias, each alone too) for
+    2-D input with a bias; torch's own call for the rest."""
+    from dgl_maxk.ops import linear
+    x = torch.randn(37, 9, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 9, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(linear, (x, w, b))
+    got, want = linear(x, w, b), F.linear(x, w, b)
+    assert torch.allclose(got, want)
+    g = torch.randn_like(got)
+    for a, c in zip(torch.autograd.grad(got, (x, w, b), g),
+                    torch.autograd.grad(want, (x, w, b), g)):
+        assert torch.allclose(a, c)
+    for i in range(3):  # one input needing a gradient
+        ours, torchs = ([t.detach().requires_grad_(j == i) for j, t in enumerate((x, w, b))]
+                        for _ in range(2))
+        (grad,) = torch.autograd.grad(linear(*ours), ours[i], g)
+        (ref_grad,) = torch.autograd.grad(F.linear(*torchs), torchs[i], g)
+        assert torch.allclose(grad, ref_grad)
+    x3 = torch.randn(2, 4, 9, dtype=torch.float64)
+    assert torch.equal(linear(x3, w, b), F.linear(x3, w, b))
+    assert torch.equal(linear(x, w), F.linear(x, w))
 
 
 def test_layer_norm_maxk_is_maxk_of_layer_norm():

@@ -4,10 +4,9 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch.nn import functional as F
 
 from .._dgl import dgl
-from ..ops import aggregate, cbsr_addmm
+from ..ops import aggregate, cbsr_addmm, linear
 from ..sparse import CBSR
 from ._inputs import (INSTALLED_K, GraphInputError, check_dgl_path, dense, resolve_k,
                       split_features, stands_for_its_weights)
@@ -105,8 +104,8 @@ class SAGEConv(dgl.nn.SAGEConv):
                     and stands_for_its_weights(self.fc_neigh)):
                 # the self GEMM adds into the neighbour GEMM's output in place (no N x d
                 # sum or copy pass) and keeps CBSR rows, not dense ones, for its backward
-                h_neigh = F.linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
-                                   self.fc_self.bias)
+                h_neigh = linear(agg(src, edge_weight, "right"), self.fc_neigh.weight,
+                                 self.fc_self.bias)
                 if isinstance(dst, CBSR):
                     rst = cbsr_addmm(h_neigh, dst, self.fc_self.weight, inplace=True)
                 elif dst.dtype == h_neigh.dtype:

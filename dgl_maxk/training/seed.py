@@ -86,6 +86,8 @@ class _SeedRun:
         if t["sparse_features"]:
             self.model.lin_in = SparseInputLinear(self.model.lin_in)  # same state dict
             self.features = self.features.to_sparse().coalesce()
+        else:  # padded once for aligned GEMMs in lin_in (the same outputs)
+            self.features = self.model.aligned_input(self.features)
         self.labels = dataset.labels.to(device)
         self.masks = {s: getattr(dataset, f"{s}_mask").to(device)
                       for s in ("train", "val", "test")}

@@ -192,7 +192,8 @@ def spgemm_config(k: int, d: int, x_values, x_indices):
     # bank windows per sub-group pay where the top-k kernel's bank order applies
     cbsr_bytes = x_values.shape[0] * k * (x_values.element_size() + x_indices.element_size())
     banked = int(lanes < 32 and _bank_ordered(k, lanes, qv, private, cbsr_bytes))
-    buf_floats = -(-d // lanes) * 32 if banked else nbuf * d
+    # cbsr_spgemm.cu's buf_floats: private buffers lie d + L floats apart
+    buf_floats = -(-d // lanes) * 32 if banked else nbuf * (d + lanes if nbuf > 1 else d)
     warps = max(1, min(8, SMEM_DEFAULT // (buf_floats * 4)))
     defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": int(bool(opt("atom"))),
                "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),

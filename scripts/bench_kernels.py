@@ -7,7 +7,10 @@ For each graph (power-law, dgl_maxk.data.power_law_csr) and each k:
 * backward ``cbsr_sspmm`` (A^T dY sampled at X)      vs cuSPARSE A^T dY (transposed CSR);
 * top-k    ``maxk_cbsr``  (dense -> CBSR)             vs ``torch.topk``;
 * (also ``cbsr_sddmm``, the edge-weight gradient, for information);
-* the forward again with the CBSR values in bf16 (fp32 accumulation), against fp32 values.
+* the forward again with the CBSR values in bf16 (fp32 accumulation), against fp32 values;
+* the forward again on rows whose kept columns are skewed, as trained layers' are (a few
+  columns kept by most rows: up to 30x the mean share on the Reddit-sized SAGE model), where
+  the uniform random rows of the other timings keep every column alike.
 
 Times are medians of CUDA-event timed runs after warm-up, with the L2 cache flushed before
 each run; achieved bandwidth counts the bytes each kernel must move (gathers counted once per
@@ -219,7 +222,22 @@ def time_cusparse(g, plan, ev, x_dense, dy, reps, args, flush, device):
           f"{g['cusparse_bwd_ms']:.3f} ms", flush=True)
 
 
-def time_k(k, g, plan, ev, h, dy, impl, args, flush, device):
+def skewed_rows(n, d, device, seed):
+    """N x d rows whose top k concentrate on a few columns, as trained layers' do: Gaussian
+    rows plus a per-column offset (1.5 standard deviations' spread)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed + 1)
+    offsets = 1.5 * torch.randn(d, generator=gen, device=device)
+    return torch.randn(n, d, generator=gen, device=device) + offsets
+
+
+def column_skew(indices, d) -> float:
+    """How often the most kept column is kept, against the mean column (1.0: uniform)."""
+    counts = torch.bincount(indices.flatten().long(), minlength=d).double()
+    return float(counts.max() / counts.mean())
+
+
+def time_k(k, g, plan, ev, h, dy, impl, args, flush, device, h_skewed):
     """One k: our kernels, torch.topk, the speedups and the achieved bandwidths."""
     d, e, n = args.d, g["edges"], g["nodes"]
     xv, xi = impl.maxk_cbsr(h, k)
@@ -237,6 +255,11 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device):
     r["fwd_bf16_values_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv_bf16, xi, d),
                                     args.reps, args.warmup, flush, device)
     r["bf16_values_speedup"] = r["fwd_ms"] / r["fwd_bf16_values_ms"]
+    sv, si = impl.maxk_cbsr(h_skewed, k)
+    r["skewed_column_skew"] = column_skew(si, d)
+    r["fwd_skewed_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, sv, si, d), args.reps,
+                               args.warmup, flush, device)
+    del sv, si
     if device.type == "cuda" and args.floor:  # the same forward without the accumulation
         with launch.overrides(cbsr_spgemm={"noacc": 1}):
             r["fwd_gather_only_ms"] = timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d),
@@ -259,7 +282,9 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device):
           f"{r['bwd_ms']:.3f} ms ({r['bwd_speedup']:.2f}x), sddmm {r['sddmm_ms']:.3f} "
           f"ms, top-k {r['topk_ms']:.3f} ms vs torch.topk {r['torch_topk_ms']:.3f} ms "
           f"({r['topk_speedup']:.2f}x); forward with bf16 values "
-          f"{r['fwd_bf16_values_ms']:.3f} ms ({r['bf16_values_speedup']:.2f}x fp32's){gathers}",
+          f"{r['fwd_bf16_values_ms']:.3f} ms ({r['bf16_values_speedup']:.2f}x fp32's); on "
+          f"skewed columns ({r['skewed_column_skew']:.1f}x the mean share) "
+          f"{r['fwd_skewed_ms']:.3f} ms{gathers}",
           flush=True)
     return r
 
@@ -299,8 +324,9 @@ def bench_graph(gname, impl, ceilings, args, flush, device):
     time_cusparse(g, plan, ev, x_dense, dy, 2 if args.tune_only else args.reps, args, flush,
                   device)
     h = torch.randn(n, d, device=device)
+    h_skewed = skewed_rows(n, d, device, args.seed)
     for k in ([] if args.tune_only else [int(k) for k in args.ks.split(",")]):
-        r = time_k(k, g, plan, ev, h, dy, impl, args, flush, device)
+        r = time_k(k, g, plan, ev, h, dy, impl, args, flush, device, h_skewed)
         add_floors(r, n, g["edges"], d, k, *ceilings)
         g["k"][k] = r
     if args.tune and device.type == "cuda" and gname == args.graphs.split(",")[0]:
@@ -313,8 +339,8 @@ def print_speedup_table(result):
           "GB/s; times in ms (median), speedup = baseline / ours\n")
     print("| graph | k | forward | cuSPARSE | speedup | backward | cuSPARSE A^T | speedup "
           "| top-k | torch.topk | speedup | fwd GB/s | bwd GB/s | sddmm | fwd, bf16 values "
-          "(vs fp32) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "(vs fp32) | fwd, skewed columns (skew) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for g in result["graphs"]:
         for k, r in g["k"].items():
             print(f"| {g['name']} | {k} | {r['fwd_ms']:.3f} | {g['cusparse_fwd_ms']:.2f} | "
@@ -322,7 +348,8 @@ def print_speedup_table(result):
                   f"{r['bwd_speedup']:.1f}x | {r['topk_ms']:.3f} | {r['torch_topk_ms']:.3f} | "
                   f"{r['topk_speedup']:.1f}x | {r['fwd_GBps']:.0f} | {r['bwd_GBps']:.0f} | "
                   f"{r['sddmm_ms']:.3f} | {r['fwd_bf16_values_ms']:.3f} "
-                  f"({r['bf16_values_speedup']:.2f}x) |")
+                  f"({r['bf16_values_speedup']:.2f}x) | {r['fwd_skewed_ms']:.3f} "
+                  f"({r['skewed_column_skew']:.1f}x) |")
 
 
 def floor_bounds(result):

@@ -57,9 +57,10 @@ case $phase in
       --device cuda --seeds 1 --set train.epochs=10 --out /tmp/qs-ddp --no-progress --quiet \
       >> "$out/minibatch.log" 2>&1
     tail -n 4 "$out/minibatch.log"
-    # the trainer's default step (eager, DDP) and the opt-in CUDA-graph step side by side
+    # the trainer's default step (auto: graphed for MaxK in one process, DDP under torchrun)
+    # and the eager one side by side
     python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --precision "${PRECISION:-tf32}" \
-      --cuda-graph off on --out "$out" 2>&1 \
+      --cuda-graph auto off --out "$out" 2>&1 \
       | grep -v -i warn | tee -a "$out/minibatch.log"
     ;;
   *) echo "unknown phase $phase"; exit 2 ;;

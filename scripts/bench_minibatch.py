@@ -136,12 +136,14 @@ def time_variants(rank, world, device, args, queue):
             graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
                                          device=device, sampler=sampler, world=world,
                                          fanouts=args.fanouts)
-            if not graphed:  # as the trainer: DDP, unless the step is graphed
+            # as the trainer: features padded for lin_in; DDP, unless the step is graphed
+            step_feats = model.aligned_input(feats_d)
+            if not graphed:
                 model = distributed.data_parallel(model, device)
             sampling = {"sampler": sampler, "fanouts": args.fanouts,
                         "batch_size": args.batch_size, "prefetch": args.prefetch}
             loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
-            stats = time_variant(model, loader, feats_d, labels_d, device, args, world,
+            stats = time_variant(model, loader, step_feats, labels_d, device, args, world,
                                  graphed)
             seeds = stats["seeds"]
             stats = distributed.all_reduce_mean(stats, device)

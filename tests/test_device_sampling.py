@@ -1018,6 +1018,18 @@ def test_a_cuda_graph_that_cannot_apply_says_so(sampler, planted, tmp_path, capl
     assert "sampling.cuda_graph applies to the device sampler on a GPU" in caplog.text
 
 
+@needs_cuda
+def test_a_cuda_graph_with_a_full_fanout_says_it_runs_eagerly(planted, tmp_path, caplog):
+    """A fan-out of -1 leaves nothing to pad to: sampling.cuda_graph: true runs eagerly on
+    the GPU too, and the run says so."""
+    cfg = small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, -1],
+                          "sampling.batch_size": 64, "sampling.sampler": "device",
+                          "sampling.cuda_graph": True})
+    with caplog.at_level("WARNING"):
+        T.run_seed(cfg, planted, 0, "cuda", tmp_path, progress=False)
+    assert "with fan-outs above 0; this run's steps are eager" in caplog.text
+
+
 def test_sampling_cuda_graph_auto_graphs_maxk_in_one_process_on_a_gpu():
     from dgl_maxk.training.sampled_step import resolve_cuda_graph
     on = dict(maxk=True, device="cuda", sampler="device", world=1, fanouts=[4, 4])

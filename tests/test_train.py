@@ -518,6 +518,10 @@ def test_precision_applies_is_recorded_and_restored(precision, matmul, autocast,
     assert saved["environment"]["float32_matmul_precision"] == matmul
     head = (Path(res["run_dir"]) / "log.txt").read_text().splitlines()[:3]
     assert any(line.startswith(f"precision: {precision} ") and matmul in line for line in head)
+    # a CPU run: TF32 has nothing to run on, which the results and the log say
+    assert saved["environment"]["tf32_tensor_cores"] is False
+    assert any(("no TF32 tensor cores" in line) == (precision != "fp32") for line in head
+               if line.startswith("precision:"))
 
 
 @pytest.mark.parametrize("fast, slow", [("bf16", "fp32"), ("bf16", "bf16")])

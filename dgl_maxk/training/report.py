@@ -6,6 +6,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+import torch
+
 from .. import envinfo
 from .metrics import mean_std_text, stats
 from .precision import MATMUL_PRECISION
@@ -28,8 +30,16 @@ def environment(device, precision: str | dict) -> dict:
     matmul = (MATMUL_PRECISION[precision] if isinstance(precision, str)
               else {name: MATMUL_PRECISION[p] for name, p in precision.items()})
     env.update(device=str(device), host=socket.gethostname(), git_commit=_git_commit(),
-               precision=precision, float32_matmul_precision=matmul)
+               precision=precision, float32_matmul_precision=matmul,
+               tf32_tensor_cores=tf32_tensor_cores(device))
     return env
+
+
+def tf32_tensor_cores(device) -> bool:
+    """Whether ``device`` has TF32 tensor cores (a GPU of compute capability 8.0 or later);
+    where it has none, 'tf32' computes what 'fp32' does."""
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def variant_summary(vcfg: dict, metric: str, per_seed: list) -> dict:

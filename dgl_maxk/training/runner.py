@@ -40,7 +40,7 @@ from .config import apply_overrides, expand_variants, validate_config
 from .distributed import any_process, broadcast_object, init_distributed, resolve_device
 from .errors import CheckpointError, ConfigError, RunInterrupted
 from .precision import MATMUL_PRECISION
-from .report import environment, summary_lines, variant_summary
+from .report import environment, summary_lines, tf32_tensor_cores, variant_summary
 from .seed import Budget, graphed_minibatch, run_seed
 
 __all__ = ["run_experiment", "run_seed", "Budget", "StopSignals"]
@@ -332,7 +332,9 @@ def _log_header(run_dir, device, world, cfg, variants, loaded):
     p = _run_precision(variants)
     if isinstance(p, str):
         LOG.info(f"precision: {p} (float32 matmul precision '{MATMUL_PRECISION[p]}'"
-                 + (", bfloat16 autocast" if p == "bf16" else "") + ")")
+                 + (", bfloat16 autocast" if p == "bf16" else "")
+                 + ("" if p == "fp32" or tf32_tensor_cores(device)
+                    else "; this device has no TF32 tensor cores") + ")")
     else:
         LOG.info("precision: " + ", ".join(f"{n} {v}" for n, v in p.items()))
     LOG.info(f"device: {device}" + (f" (x{world} processes)" if world > 1 else "")

@@ -23,7 +23,7 @@ from .errors import CheckpointError, TrainingDiverged
 from .metrics import evaluate
 from .precision import autocast, precision_scope
 from .sampling import epoch_loader, train_epoch
-from .sampled_step import SampledStep, graph_applies, resolve_cuda_graph
+from .sampled_step import SampledStep, resolve_cuda_graph
 from .sparse_input import SparseInputLinear
 from .step import FullGraphStep, make_optimizer
 
@@ -134,10 +134,9 @@ class _SeedRun:
         else:
             sampling = self.cfg["sampling"]
             if self.sampled_step is None:
-                if sampling["cuda_graph"] is True and not graph_applies(self.device,
-                                                                        sampling["sampler"]):
-                    LOG.warning("sampling.cuda_graph applies to the device sampler on a GPU; "
-                                "this run's steps are eager")
+                if sampling["cuda_graph"] is True and not self.graphed_batches:
+                    LOG.warning("sampling.cuda_graph applies to the device sampler on a GPU, "
+                                "with fan-outs above 0; this run's steps are eager")
                 self.sampled_step = SampledStep(
                     self.train_model, self.optimizer, sampling["fanouts"],
                     sampling["batch_size"], self.graph.num_nodes(),

@@ -25,32 +25,40 @@ NONLINEARITIES = ("maxk", "relu")
 
 
 def aligned_width(width: int) -> int:
-    """``width`` rounded up to a multiple of 4: rows of that many fp32 values start 16 bytes
-    apart, as cuBLAS's fast GEMM kernels need."""
-    return -(-int(width) // 4) * 4
+    """``width`` rounded up to a multiple of 8: rows of that many fp32 or bf16 values start
+    16 bytes apart, as cuBLAS's fast GEMM kernels need."""
+    return -(-int(width) // 8) * 8
+
+
+def aligned_features(x: torch.Tensor) -> torch.Tensor:
+    """Dense features (N x F) with zero columns appended up to :func:`aligned_width`, for a
+    model built with ``padded_input=True``; ``x`` itself where F is aligned already, or
+    where ``x`` is sparse."""
+    pad = aligned_width(x.shape[-1]) - x.shape[-1]
+    return F.pad(x, (0, pad)) if pad and x.layout == torch.strided else x
 
 
 class InputLinear(nn.Linear):
-    """``torch.nn.Linear`` (same parameters, initialisation and state dict) that also takes
-    its input with zero columns appended up to :func:`aligned_width` (:meth:`aligned`), and
+    """``torch.nn.Linear`` (same parameters, initialisation and state dict) that, with
+    ``padded_input=True``, also takes its input padded by :func:`aligned_features` and
     computes the same output from it: the weight gets as many zero columns at each call.
 
     Why: rows of, say, 602 fp32 features are not 16-byte aligned, so cuBLAS runs its
     slowest GEMM kernels on them; in a Reddit-sized MaxK epoch on an H200 that padding took
-    1 ms off 27. The bias gradient is a matrix-vector product (:func:`dgl_maxk.ops.linear`).
+    1 ms off 27. Without ``padded_input`` any other width is torch's shape error, as for
+    ``nn.Linear``. The bias gradient is a matrix-vector product (:func:`dgl_maxk.ops.linear`).
     """
 
-    def aligned(self, x):
-        """``x`` (N x in_features, dense) padded with zero columns to :func:`aligned_width`;
-        other input as it is."""
-        pad = aligned_width(self.in_features) - self.in_features
-        if pad and x.layout == torch.strided and x.shape[-1] == self.in_features:
-            return F.pad(x, (0, pad))
-        return x
+    def __init__(self, in_features, out_features, bias=True, *, padded_input=False, **kw):
+        super().__init__(in_features, out_features, bias, **kw)
+        self.padded_input = padded_input
+
+    def extra_repr(self):
+        return super().extra_repr() + (", padded_input=True" if self.padded_input else "")
 
     def forward(self, x):
         weight, extra = self.weight, x.shape[-1] - self.in_features
-        if extra > 0 and x.shape[-1] == aligned_width(self.in_features):
+        if self.padded_input and extra > 0 and x.shape[-1] == aligned_width(self.in_features):
             weight = F.pad(weight, (0, extra))
         return linear(x, weight, self.bias)
 
@@ -66,10 +74,12 @@ class MaxKGNN(nn.Module):
     k : int -- entries kept per row by MaxK (1 <= k <= hidden_feats); ignored for ReLU
     dropout : float
     nonlinearity : 'maxk' | 'relu'
+    padded_input : bool -- also take the features padded by :func:`aligned_features` (the
+        same outputs, faster input GEMMs: :class:`InputLinear`)
     """
 
     def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
-                 nonlinearity="maxk"):
+                 nonlinearity="maxk", padded_input=False):
         super().__init__()
         if nonlinearity not in NONLINEARITIES:
             raise ValueError(f"nonlinearity must be one of {NONLINEARITIES}, got "
@@ -80,15 +90,8 @@ class MaxKGNN(nn.Module):
         self.nonlinearity = nonlinearity
         self.num_layers = num_layers
         self.dropout = nn.Dropout(dropout)
-        self.lin_in = InputLinear(in_feats, hidden_feats)
+        self.lin_in = InputLinear(in_feats, hidden_feats, padded_input=padded_input)
         self.lin_out = nn.Linear(hidden_feats, out_feats)
-
-    def aligned_input(self, features):
-        """``features`` (N x in_feats) with zero columns appended up to a multiple of 4, for
-        this model to compute the same output from, faster (:class:`InputLinear`): make them
-        once, then pass them at every call. Other input is returned as it is."""
-        return self.lin_in.aligned(features) if isinstance(self.lin_in, InputLinear) \
-            else features
 
     def activate(self, h):
         """MaxK (to CBSR) or ReLU (dense)."""
@@ -107,9 +110,9 @@ class MaxKSAGE(MaxKGNN):
     """GraphSAGE of the paper; see :class:`MaxKGNN` for the parameters."""
 
     def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
-                 nonlinearity="maxk"):
+                 nonlinearity="maxk", padded_input=False):
         super().__init__(in_feats, hidden_feats, out_feats, num_layers, k, dropout,
-                         nonlinearity)
+                         nonlinearity, padded_input)
         self.layers = nn.ModuleList(
             SAGEConv(hidden_feats, hidden_feats, "mean", feat_drop=dropout,
                      norm=LayerNorm(hidden_feats), k=self.k)
@@ -148,9 +151,9 @@ class _LinearActDropConv(MaxKGNN):
     LayerNorm] -> lin_out."""
 
     def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
-                 nonlinearity="maxk"):
+                 nonlinearity="maxk", padded_input=False):
         super().__init__(in_feats, hidden_feats, out_feats, num_layers, k, dropout,
-                         nonlinearity)
+                         nonlinearity, padded_input)
         self.linears = nn.ModuleList(nn.Linear(hidden_feats, hidden_feats)
                                      for _ in range(num_layers))
         self.convs = nn.ModuleList(self.make_conv(hidden_feats) for _ in range(num_layers))
@@ -186,9 +189,9 @@ MODELS = {"sage": MaxKSAGE, "gcn": MaxKGCN, "gin": MaxKGIN}
 
 
 def build_model(name, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,
-                nonlinearity="maxk"):
+                nonlinearity="maxk", padded_input=False):
     """One of the paper's models by name: 'sage', 'gcn' or 'gin'."""
     if name not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {name!r}")
     return MODELS[name](in_feats, hidden_feats, out_feats, num_layers, k, dropout,
-                        nonlinearity)
+                        nonlinearity, padded_input)

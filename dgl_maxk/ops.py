@@ -187,10 +187,18 @@ def _autocast_enabled(device_type: str) -> bool:
 
 
 class _Linear(torch.autograd.Function):
+    generate_vmap_rule = True  # with setup_context: torch.func's transforms work on it
+
     @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
+    def forward(x, weight, bias):
         return torch.addmm(bias, x, weight.t())
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, _ = inputs
+        need_x, need_weight, _ = ctx.needs_input_grad
+        ctx.save_for_backward(x if need_weight else None, weight if need_x else None)
+        ctx.save_for_forward(x, weight)
 
     @staticmethod
     def backward(ctx, grad):
@@ -198,6 +206,14 @@ class _Linear(torch.autograd.Function):
         need = ctx.needs_input_grad
         return (grad.mm(weight) if need[0] else None, grad.t().mm(x) if need[1] else None,
                 grad.t().mv(grad.new_ones(grad.shape[0])) if need[2] else None)
+
+    @staticmethod
+    def jvp(ctx, x_t, weight_t, bias_t):
+        x, weight = ctx.saved_tensors
+        terms = [t for t in (None if x_t is None else x_t.mm(weight.t()),
+                             None if weight_t is None else x.mm(weight_t.t()), bias_t)
+                 if t is not None]
+        return sum(terms[1:], terms[0])
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:

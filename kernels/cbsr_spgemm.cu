@@ -40,10 +40,13 @@
 
 #include "edge_groups.cuh"
 
-// Floats from one private buffer to the next: d + L, so that sub-groups adding into the same
-// column hit different banks (columns that many rows keep, as trained layers' are, collided
-// 4 ways at d apart: H200, Reddit-sized, k = 8, 2.6 against 2.1 ms for uniform columns).
-__device__ __forceinline__ int buf_stride(int d) { return P_NB > 1 ? d + P_L : d; }
+// Floats from one private buffer to the next: the least stride >= d that is L more than a
+// multiple of 32, so that sub-groups adding into the same column hit different banks (columns
+// that many rows keep, as trained layers' are, collided 4 ways at d apart: H200,
+// Reddit-sized, k = 8, 2.6 against 2.1 ms for uniform columns). launch.py mirrors it.
+__device__ __forceinline__ int buf_stride(int d) {
+    return P_NB > 1 ? d + ((P_L - d) & 31) : d;
+}
 
 // Where column c of sub-group sub's buffer lives: banked, at (c / L) * 32 + sub * L + c % L.
 __device__ __forceinline__ int buf_slot(int c, int sub, int d) {

@@ -226,7 +226,7 @@ def skewed_rows(n, d, device, seed):
     """N x d rows whose top k concentrate on a few columns, as trained layers' do: Gaussian
     rows plus a per-column offset (1.5 standard deviations' spread)."""
     gen = torch.Generator(device=device)
-    gen.manual_seed(seed + 1)
+    gen.manual_seed(seed + 1)  # its own generator: the same rows whatever ran before
     offsets = 1.5 * torch.randn(d, generator=gen, device=device)
     return torch.randn(n, d, generator=gen, device=device) + offsets
 

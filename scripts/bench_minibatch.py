@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk.cli import Parser, check_out_dir, positive_int  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
-from dgl_maxk.models import build_model  # noqa: E402
+from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
@@ -125,25 +125,24 @@ def time_variants(rank, world, device, args, queue):
     graph, feats, labels, train_idx, classes = build_data(args)
     device_graph = DeviceGraph.from_dgl(graph, device) if "device" in args.samplers else None
     build_s = time.perf_counter() - t0
-    feats_d, labels_d = feats.to(device), labels.to(device)
+    # padded for lin_in as the trainer pads them
+    feats_d, labels_d = aligned_features(feats.to(device)), labels.to(device)
     for sampler, graph_mode in arms(args):
         for variant in args.variants:
             torch.manual_seed(args.seed)
             k = variant_k(variant)
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
-                                k=k or 32, dropout=0.5,
+                                k=k or 32, dropout=0.5, padded_input=True,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
             graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
                                          device=device, sampler=sampler, world=world,
                                          fanouts=args.fanouts)
-            # as the trainer: features padded for lin_in; DDP, unless the step is graphed
-            step_feats = model.aligned_input(feats_d)
-            if not graphed:
+            if not graphed:  # as the trainer: DDP, unless the step is graphed
                 model = distributed.data_parallel(model, device)
             sampling = {"sampler": sampler, "fanouts": args.fanouts,
                         "batch_size": args.batch_size, "prefetch": args.prefetch}
             loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
-            stats = time_variant(model, loader, step_feats, labels_d, device, args, world,
+            stats = time_variant(model, loader, feats_d, labels_d, device, args, world,
                                  graphed)
             seeds = stats["seeds"]
             stats = distributed.all_reduce_mean(stats, device)

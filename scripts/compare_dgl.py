@@ -55,7 +55,7 @@ from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
                           run_command)
 from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E402
-from dgl_maxk.models import MODELS, build_model  # noqa: E402
+from dgl_maxk.models import MODELS, aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
 from dgl_maxk.training.report import environment  # noqa: E402
@@ -119,10 +119,7 @@ class Timer:
 
 def training_step(model, graph, feats, labels, mask, opt, precision, cuda_graph=True):
     """Full-graph training's step as ``python -m dgl_maxk train`` runs it (replayed from a
-    CUDA graph on a GPU where it can be captured, on features padded as the trainer pads
-    them for dgl_maxk's models): call it once per epoch."""
-    if hasattr(model, "aligned_input"):
-        feats = model.aligned_input(feats)
+    CUDA graph on a GPU where it can be captured): call it once per epoch."""
     return FullGraphStep(model, graph, feats, labels[mask], opt, rows=mask,
                          multilabel=labels.dim() == 2, precision=precision,
                          cuda_graph=cuda_graph)
@@ -451,7 +448,11 @@ def compare_model(case, model_name, setup) -> list:
     """Rows of every arm of one model on one graph (and its breakdown with --profile)."""
     args, device, baseline = setup.args, setup.device, setup.baseline
     kwargs = dict(in_feats=case.feats.shape[1], hidden_feats=args.hidden,
-                  out_feats=case.classes, num_layers=case.layers, dropout=args.dropout)
+                  out_feats=case.classes, num_layers=case.layers, dropout=args.dropout,
+                  padded_input=True)
+    # dgl_maxk's models on features padded as the trainer pads them (the libraries' arms
+    # take the features as they are)
+    ours = (aligned_features(case.on_device[0]), *case.on_device[1:])
     timing = (args.epochs, args.warmup, args.precision)
     rows = []
 
@@ -468,7 +469,7 @@ def compare_model(case, model_name, setup) -> list:
 
     torch.manual_seed(args.seed)
     base = build_model(model_name, nonlinearity="relu", **kwargs)
-    base_timing = time_training(base, case.graph, *case.on_device, device, *timing)
+    base_timing = time_training(base, case.graph, *ours, device, *timing)
     record(baseline, base_timing, device)
     ms = base_timing.ms
     agg_ms = time_aggregation(case.graph, args.hidden, AGG_NORM[model_name], case.layers,
@@ -479,7 +480,7 @@ def compare_model(case, model_name, setup) -> list:
     for k in args.ks:
         torch.manual_seed(args.seed)
         model = build_model(model_name, nonlinearity="maxk", k=k, **kwargs)
-        maxk_timing = time_training(model, case.graph, *case.on_device, device, *timing)
+        maxk_timing = time_training(model, case.graph, *ours, device, *timing)
         speedup = ms / maxk_timing.ms
         record(f"maxk-k{k}", maxk_timing, device,
                f"{speedup:.2f}x vs {baseline}, {speedup / limit:.0%} of the limit")
@@ -491,8 +492,7 @@ def compare_model(case, model_name, setup) -> list:
           f"epoch: Amdahl limit {limit:.2f}x")
     if args.profile and device.type == "cuda":
         for variant, profiled in ((baseline, base), (f"maxk-k{args.ks[-1]}", model)):
-            breakdown = profile_epoch(profiled, case.graph, *case.on_device, device,
-                                      args.precision)
+            breakdown = profile_epoch(profiled, case.graph, *ours, device, args.precision)
             rows.append({"graph": case.name, "model": model_name, "variant": variant,
                          "breakdown_ms": breakdown})
             print(f"  {model_name:4s} {variant} breakdown (ms): "

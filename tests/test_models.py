@@ -5,7 +5,8 @@ from torch.nn import functional as F
 
 from dgl_maxk import CBSR
 from dgl_maxk._dgl import dgl
-from dgl_maxk.models import MODELS, MaxKGCN, MaxKGIN, MaxKSAGE, build_model
+from dgl_maxk.models import (MODELS, MaxKGCN, MaxKGIN, MaxKSAGE, aligned_features,
+                             build_model)
 from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
 
 
@@ -148,19 +149,21 @@ def test_model_structure():
 
 
 @pytest.mark.parametrize("in_feats", (6, 7, 8))
-def test_models_give_the_same_output_on_aligned_input(in_feats):
-    """aligned_input pads to a multiple of 4 columns (only where needed), and every model
-    computes the same output and gradients from the padded features as from the raw ones;
-    lin_in keeps nn.Linear's state dict, and other widths get torch's shape error."""
+def test_models_give_the_same_output_on_aligned_features(in_feats):
+    """aligned_features pads to a multiple of 8 columns (only where needed); every model
+    built with padded_input computes the same output and gradients from the padded features
+    as from the raw ones; lin_in keeps nn.Linear's state dict, and other widths get torch's
+    shape error, the padded width too without padded_input."""
     g, feat, labels = planted_partition(in_feats=in_feats)
     feat = feat.double()
+    padded = aligned_features(feat)
+    assert padded.shape == (feat.shape[0], 8)
+    assert torch.equal(padded[:, :in_feats], feat) and not padded[:, in_feats:].any()
+    assert (padded is feat) == (in_feats == 8)
     for name in MODELS:
         torch.manual_seed(0)
-        model = build_model(name, in_feats, 16, 3, 2, k=4, dropout=0.0).double()
-        padded = model.aligned_input(feat)
-        assert padded.shape == (feat.shape[0], -(-in_feats // 4) * 4)
-        assert torch.equal(padded[:, :in_feats], feat) and not padded[:, in_feats:].any()
-        assert (padded is feat) == (in_feats % 4 == 0)
+        model = build_model(name, in_feats, 16, 3, 2, k=4, dropout=0.0,
+                            padded_input=True).double()
         assert set(model.lin_in.state_dict()) == {"weight", "bias"}
         assert model.lin_in.weight.shape == (16, in_feats)
         outs = []
@@ -172,8 +175,13 @@ def test_models_give_the_same_output_on_aligned_input(in_feats):
         assert torch.allclose(outs[0][0], outs[1][0])
         for a, b in zip(outs[0][1], outs[1][1]):
             assert torch.allclose(a, b)
-    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
-        model(g, torch.randn(feat.shape[0], in_feats + 5, dtype=torch.float64))
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+            model(g, torch.randn(feat.shape[0], 9, dtype=torch.float64))
+    strict = build_model("sage", in_feats, 16, 3, 2, k=4).double()
+    strict(g, feat)
+    if in_feats != 8:
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+            strict(g, padded)
 
 
 def test_model_initialisation_unchanged_by_input_linear():

@@ -486,6 +486,28 @@ def test_linear_is_torch_linear():
     assert torch.equal(linear(x, w), F.linear(x, w))
 
 
+def test_linear_under_torch_func_and_forward_ad():
+    """ops.linear works where F.linear does: torch.func's grad, vmap and jvp (forward-mode
+    AD), with the tangents of any of its inputs."""
+    from torch.func import grad, jvp, vmap
+    from dgl_maxk.ops import linear
+    x, w, b = (torch.randn(*s, dtype=torch.float64) for s in ((6, 3), (4, 3), (4,)))
+    for i in range(3):
+        got = grad(lambda *a: linear(*a).pow(2).sum(), argnums=i)(x, w, b)
+        want = grad(lambda *a: F.linear(*a).pow(2).sum(), argnums=i)(x, w, b)
+        assert torch.allclose(got, want)
+        tangents = [torch.zeros_like(t) for t in (x, w, b)]
+        tangents[i] = torch.randn_like(tangents[i])
+        for a, c in zip(jvp(linear, (x, w, b), tuple(tangents)),
+                        jvp(F.linear, (x, w, b), tuple(tangents))):
+            assert torch.allclose(a, c)
+    xs = torch.randn(5, 6, 3, dtype=torch.float64)
+    assert torch.allclose(vmap(linear, in_dims=(0, None, None))(xs, w, b),
+                          vmap(F.linear, in_dims=(0, None, None))(xs, w, b))
+    assert gradcheck(linear, tuple(t.requires_grad_() for t in (x, w, b)),
+                     check_forward_ad=True)
+
+
 def test_layer_norm_maxk_is_maxk_of_layer_norm():
     """The fused operator's CBSR and gradients (x, weight, bias) are those of maxk applied to
     layer_norm; without weight and bias it is the two operators."""

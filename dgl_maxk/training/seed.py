@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..models import build_model
+from ..models import aligned_features, build_model
 from ..sampling import DeviceGraph
 from ..sparse import NaNError
 from .checkpoint import (comparable, inspect_seed, move_aside, own_rng_state, rng_state,
@@ -66,9 +66,11 @@ class _SeedRun:
         self.cfg, self.dataset, self.seed, self.device = cfg, dataset, seed, device
         m, t = cfg["model"], cfg["train"]
         seed_everything(seed)
+        dense = not t["sparse_features"]
         self.model = build_model(m["name"], dataset.num_features, m["hidden"],
                                  dataset.num_classes, m["layers"], k=m["k"],
-                                 dropout=m["dropout"], nonlinearity=m["nonlinearity"]).to(device)
+                                 dropout=m["dropout"], nonlinearity=m["nonlinearity"],
+                                 padded_input=dense).to(device)
         self.optimizer = make_optimizer(self.model.parameters(), t["lr"], t["weight_decay"])
         self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer,
                                                                      T_max=t["epochs"])
@@ -83,11 +85,12 @@ class _SeedRun:
                              if cfg["mode"] == "minibatch"
                              and cfg["sampling"]["sampler"] == "device" else None)
         self.features = dataset.features.to(device)
-        if t["sparse_features"]:
+        if dense:  # padded once, for lin_in's aligned GEMMs (the same model; input dropout
+            # draws its mask over the padding too)
+            self.features = aligned_features(self.features)
+        else:
             self.model.lin_in = SparseInputLinear(self.model.lin_in)  # same state dict
             self.features = self.features.to_sparse().coalesce()
-        else:  # padded once for aligned GEMMs in lin_in (the same outputs)
-            self.features = self.model.aligned_input(self.features)
         self.labels = dataset.labels.to(device)
         self.masks = {s: getattr(dataset, f"{s}_mask").to(device)
                       for s in ("train", "val", "test")}

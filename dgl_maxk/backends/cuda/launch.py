@@ -167,11 +167,17 @@ def spgemm_lanes(k: int, d: int, aligned: bool):
     lanes = _pow2ceil(min(-(-k // qv), 32))
     if private:
         lanes = wanted = max(lanes, 8)
-        while lanes < 32 and (32 // lanes) * d > 1024:  # <= 4 KiB of buffers per warp
+        while lanes < 32 and (32 // lanes) * d > 1024:  # about 4 KiB of buffers per warp
             lanes *= 2
         if lanes > wanted and lanes * qv > k:  # 4-wide loads would leave lanes idle
             qv = 1
     return lanes, qv, private
+
+
+def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
+    """cbsr_spgemm.cu's ``buf_stride``: private buffers lie the least stride >= d that is
+    ``lanes`` more than a multiple of 32 apart (each sub-group's column c in its own bank)."""
+    return d + ((lanes - d) & 31) if nbuf > 1 else d
 
 
 def spgemm_config(k: int, d: int, x_values, x_indices):
@@ -192,8 +198,7 @@ def spgemm_config(k: int, d: int, x_values, x_indices):
     # bank windows per sub-group pay where the top-k kernel's bank order applies
     cbsr_bytes = x_values.shape[0] * k * (x_values.element_size() + x_indices.element_size())
     banked = int(lanes < 32 and _bank_ordered(k, lanes, qv, private, cbsr_bytes))
-    # cbsr_spgemm.cu's buf_floats: private buffers lie d + L floats apart
-    buf_floats = -(-d // lanes) * 32 if banked else nbuf * (d + lanes if nbuf > 1 else d)
+    buf_floats = -(-d // lanes) * 32 if banked else nbuf * spgemm_buffer_stride(d, lanes, nbuf)
     warps = max(1, min(8, SMEM_DEFAULT // (buf_floats * 4)))
     defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": int(bool(opt("atom"))),
                "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),

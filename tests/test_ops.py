@@ -486,6 +486,7 @@ def test_linear_is_torch_linear():
     assert torch.equal(linear(x, w), F.linear(x, w))
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_linear_under_torch_func_and_forward_ad():
     """ops.linear works where F.linear does: torch.func's grad, vmap and jvp (forward-mode
     AD), with the tangents of any of its inputs."""

@@ -581,6 +581,27 @@ def test_top_k_bank_order_is_the_forwards_lane_plan(d):
             assert top_k.get("ORDER_L", 0) == order["ORDER_L"], (k, d, rows)
 
 
+def test_forward_private_buffers_start_in_distinct_banks():
+    """The forward's private buffers (one per sub-group) lie a stride apart that puts each
+    sub-group's column c in its own shared-memory bank, for every width: at least d floats,
+    L more than a multiple of 32, 16-byte aligned where rows are (CPU: the launch plans)."""
+    from dgl_maxk.backends.cuda import launch
+    for d in range(1, 600):
+        for k in sorted({1, 4, 8, 16, 32, 64, d} & set(range(1, d + 1))):
+            values = torch.zeros(1, k).expand(3, k)
+            indices = torch.zeros(1, k, dtype=torch.uint8 if d <= 256 else torch.int16
+                                  ).expand(3, k)
+            defines, warps, smem, _ = launch.spgemm_config(k, d, values, indices)
+            lanes, nbuf = defines["P_L"], defines["P_NB"]
+            if defines["P_BANKED"] or nbuf == 1:
+                continue
+            stride = launch.spgemm_buffer_stride(d, lanes, nbuf)
+            assert stride >= d and (stride - lanes) % 32 == 0, (d, k)
+            assert len({(s * stride) % 32 for s in range(nbuf)}) == nbuf, (d, k)
+            assert d % 4 or stride % 4 == 0, (d, k)
+            assert smem == warps * nbuf * stride * 4, (d, k)
+
+
 @pytest.mark.parametrize("d", [64, 256, 6144, 6148, 20000, 29060, 32768])
 def test_backward_staged_rows_need_no_more_shared_memory_than_one_row(d):
     """SSpMM and SDDMM stage dY rows in shared memory: two per warp with ``prefetch``, but

@@ -56,15 +56,18 @@ def _run(cfg, ds, tmp, budget=None):
     return T.run_seed(cfg, ds, 0, "cpu", tmp, budget=budget, progress=False)
 
 
-@pytest.mark.parametrize("mode", ["full", "minibatch"])
-def test_trainer_pads_unaligned_features_and_trains_the_same(mode, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode, sampler", [("full", "device"), ("minibatch", "device"),
+                                           ("minibatch", "dgl")])
+def test_trainer_pads_unaligned_features_and_trains_the_same(mode, sampler, tmp_path,
+                                                             monkeypatch):
     """13 feature columns: the trainer's table is padded to 16 for lin_in's aligned GEMMs,
     and (without input dropout, whose mask covers the padding too) a run has the losses of
     a run on the raw features, up to the GEMMs' rounding."""
     from dgl_maxk.training import seed as seed_module
     ds = D.load_dataset("planted", num_nodes=300, num_features=13)
     cfg = small_config(**{"train.epochs": 3, "model.input_dropout": 0.0, "mode": mode,
-                          "sampling.fanouts": [4, 4], "sampling.batch_size": 64})
+                          "sampling.fanouts": [4, 4], "sampling.batch_size": 64,
+                          "sampling.sampler": sampler})
     run = seed_module._SeedRun(cfg, ds, 0, torch.device("cpu"))
     assert run.features.shape[1] == 16 and run.model.lin_in.padded_input
     assert torch.equal(run.features[:, :13], ds.features) and not run.features[:, 13:].any()

@@ -21,6 +21,8 @@
 //              the forward's lanes hit distinct shared-memory banks (maxk_reg only, below)
 //   ORDER_QV   with ORDER_L: the forward's entries per lane-load
 //   ORDER_STEPS with ORDER_L: k / ORDER_L (a constant: the division is per kept element)
+//   FULL_ROWS  1: d == CH * 32 * VEC (maxk_reg: every lane's vectors lie in the row, no
+//              bounds tests)
 //   LAYER_NORM  1: maxk_reg first normalises the row as dense_rows.cu's layer_norm does
 //              (the same sums in the same order, so the same bits: fp32, VEC 4), writes
 //              its mean and rstd, and takes the top k of the normalised row: the
@@ -70,6 +72,10 @@
 #ifndef LAYER_NORM
 #define LAYER_NORM 0
 #endif
+#ifndef FULL_ROWS
+#define FULL_ROWS 0
+#endif
+#define IN_ROW(c) (FULL_ROWS || (c) < d)
 
 #define VB (VEC * ELEM_BYTES)
 #define KEY_BITS (8 * ELEM_BYTES)
@@ -87,19 +93,20 @@ __device__ __forceinline__ int warp_sum(int v) {
 
 // Order-preserving key of the raw bits: larger value -> larger key; NaN -> the largest key
 // (torch.sort puts NaN above +inf); -0 and +0 equal. Real keys are never 0 (padding's key).
+// Selects, no branches.
 __device__ __forceinline__ unsigned int key_of(unsigned int bits) {
 #if ELEM_BYTES == 4
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return 0xffffffffu;
-    if (bits == 0x80000000u) bits = 0u;
-    return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    const unsigned int flip = (unsigned int)((int)bits >> 31) | 0x80000000u;
+    const unsigned int key = bits == 0x80000000u ? 0x80000000u : bits ^ flip;
+    return (bits & 0x7fffffffu) > 0x7f800000u ? 0xffffffffu : key;
 #else
 #if IS_BF16
-    if ((bits & 0x7fffu) > 0x7f80u) return 0xffffu;
+    const bool nan = (bits & 0x7fffu) > 0x7f80u;
 #else
-    if ((bits & 0x7fffu) > 0x7c00u) return 0xffffu;
+    const bool nan = (bits & 0x7fffu) > 0x7c00u;
 #endif
-    if (bits == 0x8000u) bits = 0u;
-    return (bits & 0x8000u) ? (~bits & 0xffffu) : (bits | 0x8000u);
+    const unsigned int key = bits == 0x8000u ? 0x8000u : bits ^ ((bits & 0x8000u) ? 0xffffu : 0x8000u);
+    return nan ? 0xffffu : key;
 #endif
 }
 
@@ -137,6 +144,22 @@ __device__ __forceinline__ bool search_step(int count, int k, unsigned int cand,
     return count == k;
 }
 
+// #{keys >= cand} of this lane, for 1 <= cand <= 2^32 (cand 0 stands for 2^32: none): the
+// carry out of key + (2^32 - cand), added up by add-with-carry, two instructions a key
+// where compare and select take three (the search is most of the kernel's instructions).
+__device__ __forceinline__ int count_at_least(const unsigned int (&key)[CH][VEC],
+                                              unsigned int cand) {
+    const unsigned int neg = 0u - cand;
+    unsigned int cnt = 0u;
+#pragma unroll
+    for (int i = 0; i < CH; ++i)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v)
+            asm("{\n\t.reg .u32 t;\n\tadd.cc.u32 t, %1, %2;\n\taddc.u32 %0, %0, 0;\n\t}"
+                : "+r"(cnt) : "r"(key[i][v]), "r"(neg));
+    return (int)cnt;
+}
+
 // Record a row's NaN: lane `first` (its lowest NaN column, or d) and per-lane counts.
 __device__ __forceinline__ void record_nan(unsigned long long* nan_stats, long long row,
                                            long long n_rows, int d, int nan_count, int first) {
@@ -166,11 +189,14 @@ struct BankOrder {
         cls = period << (lane % P);
         int cnt = 0;  // lane r < L counts residue r: slot r % VEC of lanes r / VEC (mod P)
 #pragma unroll
-        for (int i = 0; i < CH; ++i)
+        for (int v = 0; v < VEC; ++v) {
+            // a zero mask, not a branch, for the other slots: the branch had the compiler
+            // pick sel[i][lane % VEC] through chains of selects (160 instructions a row)
+            const unsigned int mask =
+                lane < ORDER_L && v == lane % VEC ? period << (lane / VEC) : 0u;
 #pragma unroll
-            for (int v = 0; v < VEC; ++v)
-                if (lane < ORDER_L && v == lane % VEC)
-                    cnt += __popc(sel[i][v] & (period << (lane / VEC)));
+            for (int i = 0; i < CH; ++i) cnt += __popc(sel[i][v] & mask);
+        }
         int incl = cnt;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -216,7 +242,7 @@ __device__ __forceinline__ void layer_norm_row(unsigned int (&raw)[CH][VEC], int
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
         const int c = lane * 4 + 128 * i;
-        if (c < d) {
+        if (IN_ROW(c)) {
             const float4 y = normalise4(v[i], mean, rstd,
                                         *reinterpret_cast<const float4*>(weight + c),
                                         *reinterpret_cast<const float4*>(bias + c));
@@ -247,7 +273,7 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
 #pragma unroll
     for (int i = 0; i < CH; ++i) {
         const int c0 = i * 32 * VEC + lane * VEC;
-        if (c0 < d) {  // d % VEC == 0: a vector is wholly inside or wholly outside the row
+        if (IN_ROW(c0)) {  // d % VEC == 0: a vector is wholly inside or wholly outside the row
             load_vec(src + c0, raw[i]);
         } else {
 #pragma unroll
@@ -261,7 +287,7 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
     for (int i = 0; i < CH; ++i)
 #pragma unroll
         for (int v = 0; v < VEC; ++v)  // padding's key is 0, below every real key
-            key[i][v] = i * 32 * VEC + lane * VEC < d ? key_of(raw[i][v]) : 0u;
+            key[i][v] = IN_ROW(i * 32 * VEC + lane * VEC) ? key_of(raw[i][v]) : 0u;
 
     if (nan_stats) {
         int nan_count = 0, first = d;
@@ -275,44 +301,45 @@ maxk_reg(const raw_t* __restrict__ h, raw_t* __restrict__ out_val, idx_t* __rest
 
     // T = the largest value with #{key >= T} >= k, i.e. the k-th largest key.
     unsigned int T = 0u;
+    bool exact = false;  // the search stopped at exactly k keys above T: no tie to break
 #pragma unroll 1
-    for (int b = KEY_BITS - 1; b >= 0; --b) {
-        const unsigned int cand = T | (1u << b);
-        int cnt = 0;
+    for (unsigned int bit = 1u << (KEY_BITS - 1); bit; bit >>= 1) {
+        const unsigned int cand = T | bit;
+        if (search_step(warp_sum(count_at_least(key, cand)), k, cand, T)) {
+            exact = true;
+            break;
+        }
+    }
+
+    const unsigned int lt_mask = (1u << lane) - 1u;
+    unsigned int sel[CH][VEC];  // ballots of the kept elements
+    if (exact) {  // uniform over the warp; most rows of distinct values end here
 #pragma unroll
         for (int i = 0; i < CH; ++i)
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) cnt += (key[i][v] >= cand);
-        if (search_step(warp_sum(cnt), k, cand, T)) break;
-    }
-    int gt = 0;
+            for (int v = 0; v < VEC; ++v) sel[i][v] = __ballot_sync(FULL_MASK, key[i][v] > T);
+    } else {
+        const int need_eq = k - warp_sum(count_at_least(key, T + 1u));  // >= 1
+        int eq_base = 0;
 #pragma unroll
-    for (int i = 0; i < CH; ++i)
+        for (int i = 0; i < CH; ++i) {
+            bool eq[VEC];
+            int eq_before = 0, eq_total = 0;
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) gt += (key[i][v] > T);
-    const int need_eq = k - warp_sum(gt);  // >= 1, or 0 after the early exit
-
-    const unsigned int lt_mask = (1u << lane) - 1u;
-    int eq_base = 0;
-    unsigned int sel[CH][VEC];  // ballots of the kept elements
+            for (int v = 0; v < VEC; ++v) {
+                eq[v] = key[i][v] == T;
+                const unsigned int m = __ballot_sync(FULL_MASK, eq[v]);
+                eq_before += __popc(m & lt_mask);
+                eq_total += __popc(m);
+            }
+            int r = eq_base + eq_before;
 #pragma unroll
-    for (int i = 0; i < CH; ++i) {
-        bool eq[VEC];
-        int eq_before = 0, eq_total = 0;
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-            eq[v] = key[i][v] == T;
-            const unsigned int m = __ballot_sync(FULL_MASK, eq[v]);
-            eq_before += __popc(m & lt_mask);
-            eq_total += __popc(m);
+            for (int v = 0; v < VEC; ++v) {
+                sel[i][v] = __ballot_sync(FULL_MASK, key[i][v] > T || (eq[v] && r < need_eq));
+                r += eq[v];
+            }
+            eq_base += eq_total;
         }
-        int r = eq_base + eq_before;
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-            sel[i][v] = __ballot_sync(FULL_MASK, key[i][v] > T || (eq[v] && r < need_eq));
-            r += eq[v];
-        }
-        eq_base += eq_total;
     }
 
     raw_t* ov = out_val + row * (long long)k;

@@ -104,7 +104,8 @@ def maxk_config(h: torch.Tensor, d: int, k: int):
                "IDX_BYTES": 1 if d <= 256 else 2}
     if ch * vec <= 32:
         cbsr_bytes = h.shape[0] * k * (eb + defines["IDX_BYTES"])
-        defines.update(VEC=vec, CH=ch, WARPS=4, **bank_order(k, d, cbsr_bytes, vec))
+        defines.update(VEC=vec, CH=ch, WARPS=4, FULL_ROWS=int(d == ch * 32 * vec),
+                       **bank_order(k, d, cbsr_bytes, vec))
         return "maxk_reg", defines, 4, 0
     warps = max(1, min(8, SMEM_DEFAULT // (4 * d)))
     defines.update(WARPS=warps)

@@ -120,7 +120,7 @@ class _ToDense(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (indices,) = ctx.saved_tensors
-        return grad.gather(1, indices.long()), None, None
+        return _pattern_entries(grad, indices), None, None
 
 
 def _dense_rows(values, indices, d):
@@ -129,6 +129,15 @@ def _dense_rows(values, indices, d):
     if torch.is_grad_enabled():
         return _ToDense.apply(values, indices, d)
     return backends.for_tensor(values).cbsr_to_dense(values, indices, d)
+
+
+def _pattern_entries(dense, indices):
+    """The entries of ``dense`` at a CBSR pattern inside a backward (the gradient of
+    :func:`_dense_rows`): torch's differentiable gather when the backward builds a graph,
+    else the backend's."""
+    if torch.is_grad_enabled():
+        return dense.gather(1, indices.long())
+    return backends.for_tensor(dense).cbsr_gather(dense, indices)
 
 
 def cbsr_to_dense(x: CBSR) -> torch.Tensor:
@@ -158,7 +167,7 @@ class _CBSRAddmm(torch.autograd.Function):
         values, indices, weight = ctx.saved_tensors
         grad_values = grad_weight = None
         if ctx.needs_input_grad[1]:
-            grad_values = (grad @ weight).gather(1, indices.long())
+            grad_values = _pattern_entries(grad @ weight, indices)
         if ctx.needs_input_grad[4]:  # the dense rows again, for this one GEMM
             dense = _dense_rows(values, indices, ctx.d)
             grad_weight = grad.t() @ dense

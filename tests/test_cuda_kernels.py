@@ -208,10 +208,11 @@ def test_maxk_repeat_and_empty():
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("d", [1, 3, 8, 33, 256, 1024, 1500])
+@pytest.mark.parametrize("d", [1, 3, 8, 33, 36, 256, 384, 1024, 1500])
 def test_cbsr_to_dense_bit_identical(d, dtype):
     """Every k from 1 to d (a spread of them for wide rows), N not a multiple of the warps
-    of a block, unaligned row widths, and rows wider than the kernel's (the reference)."""
+    of a block, rows built in shared memory (whole 16-byte vectors) and rows that are not,
+    and rows wider than the kernel's (the reference)."""
     seed = fresh_seed()
     n = 37
     for k in (k_values(d) if d <= 256 else [1, 2, 31, 32, 33, 255, d - 1, d]):
@@ -222,6 +223,28 @@ def test_cbsr_to_dense_bit_identical(d, dtype):
         assert got.dtype == dtype and same_bits(got, want), f"seed={seed} d={d} k={k} {dtype}"
     empty = cuda.cbsr_to_dense(*random_cbsr(0, 2, 8), 8)
     assert empty.shape == (0, 8)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("d", [1, 3, 33, 256, 384, 1024])
+def test_cbsr_gather_bit_identical(d, dtype):
+    """The entries of a dense matrix at a CBSR pattern (uint8 and uint16 indices), as
+    torch's gather takes them, for a spread of k from 1 to d, N not a multiple of a block's
+    threads, a non-contiguous dense matrix, and no rows."""
+    seed = fresh_seed()
+    n = 37
+    for k in sorted({1, 2, 7, 31, 32, 33, d // 2, d - 1, d} & set(range(1, d + 1))):
+        _, indices = random_cbsr(n, k, d, dtype)
+        dense = torch.randn(n, d, device=DEV).to(dtype)
+        poison()
+        got = cuda.cbsr_gather(dense, indices)
+        want = reference.cbsr_gather(dense, indices)
+        assert got.dtype == dtype and same_bits(got, want), f"seed={seed} d={d} k={k} {dtype}"
+        strided = torch.randn(d, n, device=DEV).to(dtype).t()
+        assert same_bits(cuda.cbsr_gather(strided, indices),
+                         strided.gather(1, indices.long())), f"seed={seed} d={d} k={k}"
+    empty = cuda.cbsr_gather(torch.randn(0, d, device=DEV).to(dtype), random_cbsr(0, 1, d)[1])
+    assert empty.shape == (0, 1)
 
 
 def test_second_derivatives_through_the_dense_row_kernels():
@@ -461,6 +484,22 @@ def test_empty_graphs():
         assert ge.shape == (0,)
 
 
+@pytest.mark.parametrize("hubs", [2, 30])
+def test_spgemm_zeroes_the_rows_of_several_groups(hubs):
+    """Rows split over several groups meet by atomic adds into zeros, zeroed first (and
+    only they): few or most of the rows, on recycled NaN memory, every row comes out as the
+    reference's."""
+    seed = fresh_seed()
+    g = launch.group_size()
+    degrees = torch.randint(0, g + 1, (40,))
+    degrees[:hubs] = torch.randint(g + 1, 3 * g, (hubs,))
+    plan = make_plan(degrees[torch.randperm(40)], num_src=5 * g)
+    multi_rows = plan.edge_groups(g)[3]
+    assert multi_rows.numel() == hubs
+    for k in (1, 8, 32):
+        check_all_three(plan, k, 64, seed=seed, tag=f"hubs={hubs}")
+
+
 def test_power_law_graph_multi_group():
     from dgl_maxk.data import power_law_csr
     seed = fresh_seed()
@@ -597,7 +636,7 @@ def test_sample_neighbors_matches_reference(fanout):
 def test_opcheck():
     seed = fresh_seed()
     plan = make_plan(mixed_degrees(40, launch.group_size()), num_src=200)
-    group_row, group_start, col, multi = plan.edge_groups(launch.group_size())
+    group_row, group_start, col, multi_rows = plan.edge_groups(launch.group_size())
     xv, xi = random_cbsr(200, 8, 64)
     ev = torch.rand(plan.num_edges, device=DEV)
     gy = torch.randn(40, 64, device=DEV)
@@ -624,7 +663,7 @@ def test_opcheck():
                           (xv[:20], xi[:20], h, mean, rstd, torch.randn(64, device=DEV)),
                           test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
-                          (group_row, group_start, col, ev, xv, xi, 40, 64, multi),
+                          (group_row, group_start, col, ev, xv, xi, 40, 64, multi_rows),
                           test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sspmm.default,
                           (group_row, group_start, group_start[1:], col, ev, gy, xi),

@@ -59,6 +59,11 @@ def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.
     return out.scatter_(1, indices.long(), values)
 
 
+def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """The entries of ``dense`` (N x d) at the CBSR pattern ``indices`` (N x k)."""
+    return dense.gather(1, indices.long())
+
+
 def layer_norm(x: torch.Tensor, weight, bias, eps: float):
     """(y, mean, rstd) of a LayerNorm over the last dimension of ``x`` (torch's own)."""
     return torch.native_layer_norm(x, [x.shape[-1]], weight, bias, eps)

@@ -171,14 +171,16 @@ class GraphPlan:
         return t_indptr, self.dst_of_edge[perm], perm
 
     def edge_groups(self, group_size: int):
-        """(group_row int32, group_start int64, indices int32, multi) for the CUDA kernels.
+        """(group_row int32, group_start int64, indices int32, multi_rows int64) for the CUDA
+        kernels.
 
         Destination row r is cut into max(1, ceil(deg(r) / group_size)) groups of consecutive
         CSR entries; ``group_start`` has one more element (num_edges), so group g covers
         ``[group_start[g], group_start[g + 1])``; bit 31 of ``group_row`` marks rows of several
-        groups, and ``multi`` says whether any row has several. Built once per group size
-        with vectorised torch on the plan's device: one host sync for the group count, none
-        when ``max_in_degree`` says every row is one group (then the groups are the rows).
+        groups, and ``multi_rows`` lists them (ascending; their partial sums meet by atomic
+        adds, so only they need zeros first). Built once per group size with vectorised torch
+        on the plan's device: one host sync for the group count, none when
+        ``max_in_degree`` says every row is one group (then the groups are the rows).
         """
         if group_size not in self._edge_groups:
             self._edge_groups[group_size] = self._build_edge_groups(int(group_size))
@@ -189,13 +191,14 @@ class GraphPlan:
         dev = self.device
         if self.max_in_degree is not None and self.max_in_degree <= g:
             rows = torch.arange(self.num_dst, dtype=torch.int32, device=dev)
-            return rows, self.indptr, self._indices_int32(), False
+            return (rows, self.indptr, self._indices_int32(),
+                    torch.zeros(0, dtype=torch.int64, device=dev))
         per_row = torch.clamp((self.in_degrees + (g - 1)) // g, min=1)
         rows, first = _groups_of_rows(self.indptr[:-1], per_row, g)
         start = torch.cat([first, self.indptr[-1:]])
-        multi = (per_row > 1)[rows]
-        group_row = torch.where(multi, rows - 2 ** 31, rows).to(torch.int32)
-        return group_row, start, self._indices_int32(), bool((per_row > 1).any())
+        multi = per_row > 1
+        group_row = torch.where(multi[rows], rows - 2 ** 31, rows).to(torch.int32)
+        return group_row, start, self._indices_int32(), multi.nonzero().view(-1)
 
     def _indices_int32(self) -> torch.Tensor:
         if self._indices_i32 is None:

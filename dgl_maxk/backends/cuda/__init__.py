@@ -8,7 +8,7 @@ launch table, :mod:`.kernels` declares the launches as ``torch.library`` custom 
 Precision and determinism:
 
 * ``maxk_cbsr``: exact (values copied bit for bit), deterministic; fp32, fp16, bf16 inputs.
-* ``cbsr_to_dense``: exact (raw bits copied), deterministic.
+* ``cbsr_to_dense``, ``cbsr_gather``: exact (raw bits copied), deterministic.
 * ``layer_norm``, ``layer_norm_backward``: fp32, deterministic (the weight and bias
   gradients are per-warp partial sums added in a fixed order); not bit-identical to
   torch's kernels (another summation order).
@@ -31,7 +31,7 @@ from . import kernels, launch
 from .launch import KERNEL_DTYPES
 from .runtime import available
 
-__all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_spgemm", "cbsr_sspmm",
+__all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_gather", "cbsr_spgemm", "cbsr_sspmm",
            "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
            "layer_norm_backward_cbsr",
            "sample_neighbors", "launch"]
@@ -59,6 +59,15 @@ def cbsr_to_dense(values, indices, d: int):
     if values.dtype not in KERNEL_DTYPES or d > launch.DENSE_ROWS_MAX_WIDTH:
         return reference.cbsr_to_dense(values, indices, d)
     return kernels.cbsr_to_dense(values.contiguous(), indices.contiguous(), int(d))
+
+
+def cbsr_gather(dense, indices):
+    """The entries of ``dense`` (N x d) at the CBSR pattern ``indices`` (N x k, dense's
+    dtype): raw bits copied, the indices read as they are (no int64 copy); float64, and
+    2^31 entries or more, go to the reference."""
+    if dense.dtype not in KERNEL_DTYPES or indices.numel() >= 2 ** 31:
+        return reference.cbsr_gather(dense, indices)
+    return kernels.cbsr_gather(dense.contiguous(), indices.contiguous())
 
 
 def layer_norm(x, weight, bias, eps: float):
@@ -130,10 +139,10 @@ def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
     dtype = torch.promote_types(x_values.dtype, edge_values.dtype)
     if dtype not in KERNEL_DTYPES or x_values.dtype not in KERNEL_DTYPES:
         return reference.cbsr_spgemm(plan, edge_values, x_values, x_indices, d)
-    group_row, group_start, col, multi = _edge_groups(plan)
+    group_row, group_start, col, multi_rows = _edge_groups(plan)
     y = kernels.cbsr_spgemm(group_row, group_start, col,
                             edge_values.to(torch.float32).contiguous(), x_values.contiguous(),
-                            x_indices.contiguous(), plan.num_dst, int(d), multi)
+                            x_indices.contiguous(), plan.num_dst, int(d), multi_rows)
     return y if dtype == torch.float32 else y.to(dtype)
 
 

@@ -120,10 +120,27 @@ def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.
     out = torch.empty((n, d), dtype=values.dtype, device=values.device)
     if n == 0 or d == 0:
         return out
-    defines, warps = heuristics.to_dense_config(values, indices)
+    defines, warps, smem = heuristics.to_dense_config(values, indices, d)
     kern = kernel("dense_rows", "cbsr_to_dense", defines, values.device.index)
     launch(kern, -(-n // warps), warps * 32,
-           (ptr(values), ptr(indices), ptr(out), i64(n), i32(d), i32(k)), 0, values.device)
+           (ptr(values), ptr(indices), ptr(out), i64(n), i32(d), i32(k)), smem, values.device)
+    return out
+
+
+def _gather_fake(dense, indices):
+    return dense.new_empty(indices.shape)
+
+
+@_custom_op("cbsr_gather", _gather_fake)
+def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    (n, d), k = dense.shape, indices.shape[1]
+    out = torch.empty((n, k), dtype=dense.dtype, device=dense.device)
+    if n == 0 or k == 0:
+        return out
+    defines, threads = heuristics.gather_config(dense, indices)
+    kern = kernel("dense_rows", "cbsr_gather", defines, dense.device.index)
+    launch(kern, -(-(n * k) // threads), threads,
+           (ptr(dense), ptr(indices), ptr(out), i32(n * k), i32(d), i32(k)), 0, dense.device)
     return out
 
 
@@ -197,18 +214,21 @@ def _layer_norm_backward(func, dy_args, x, mean, rstd, weight, defines=None,
 
 
 def _spgemm_fake(group_row, group_start, col, edge_values, x_values, x_indices, num_dst, d,
-                 zero):
+                 multi_rows):
     return x_values.new_empty((num_dst, d), dtype=torch.float32)
 
 
 @_custom_op("cbsr_spgemm", _spgemm_fake)
 def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
                 edge_values: torch.Tensor, x_values: torch.Tensor, x_indices: torch.Tensor,
-                num_dst: int, d: int, zero: bool) -> torch.Tensor:
+                num_dst: int, d: int, multi_rows: torch.Tensor) -> torch.Tensor:
+    """``multi_rows``: the rows of several groups, whose partial sums meet by atomic adds:
+    zeroed first, and only they (the kernel stores every other row whole)."""
     k = x_values.shape[1]
     num_groups = group_row.numel()
-    alloc = torch.zeros if zero else torch.empty  # rows of several groups meet by atomics
-    y = alloc((num_dst, d), dtype=torch.float32, device=x_values.device)
+    y = torch.empty((num_dst, d), dtype=torch.float32, device=x_values.device)
+    if multi_rows.numel():
+        _zero_rows(y, multi_rows)
     if num_groups == 0:
         return y
     _launch_over_groups(
@@ -216,6 +236,15 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
         x_values.device, (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values),
                           ptr(x_values), ptr(x_indices), ptr(y), i64(num_groups), i32(k), i32(d)))
     return y
+
+
+def _zero_rows(y: torch.Tensor, rows: torch.Tensor) -> None:
+    """Zeros over ``rows`` (int64) of fp32 ``y`` (a memset's speed a row; torch's
+    ``index_fill_`` took three times that: H200, 107k of 233k rows of 256)."""
+    warps = heuristics.option("dense_rows", "warps")
+    kern = kernel("dense_rows", "zero_rows", {"ELEM_BYTES": 4, "WARPS": warps}, y.device.index)
+    launch(kern, -(-rows.numel() // warps), warps * 32,
+           (ptr(rows), ptr(y), i64(rows.numel()), i32(y.shape[1])), 0, y.device)
 
 
 def _sspmm_fake(group_row, group_start, group_end, col, edge_values, grad_y, x_indices):

@@ -142,11 +142,22 @@ DENSE_ROWS_MAX_WIDTH = 1024
 LAYER_NORM_BACKWARD_MAX_WIDTH = 512
 
 
-def to_dense_config(values, indices):
-    """(defines, warps) of ``cbsr_to_dense`` (one warp per row)."""
+def to_dense_config(values, indices, d: int):
+    """(defines, warps, shared bytes) of ``cbsr_to_dense`` (one warp per row): rows of whole
+    16-byte vectors are built in shared memory (STAGED) where they fit."""
     warps = option("dense_rows", "warps")
-    return ({"ELEM_BYTES": values.element_size(), "IDX_BYTES": indices.element_size(),
-             "WARPS": warps}, warps)
+    eb = values.element_size()
+    defines = {"ELEM_BYTES": eb, "IDX_BYTES": indices.element_size(), "WARPS": warps}
+    smem = warps * d * eb
+    staged = (d * eb) % 16 == 0 and smem <= SMEM_DEFAULT
+    return dict(defines, STAGED=int(staged)), warps, smem if staged else 0
+
+
+def gather_config(dense, indices):
+    """(defines, threads per block) of ``cbsr_gather`` (one thread per entry)."""
+    warps = option("dense_rows", "warps")
+    return ({"ELEM_BYTES": dense.element_size(), "IDX_BYTES": indices.element_size(),
+             "WARPS": warps}, warps * 32)
 
 
 def layer_norm_config(d: int):

@@ -356,15 +356,62 @@ def test_train_step_reports_nan_after_backward_and_leaves_weights(planted, monke
     with torch.no_grad():
         model.lin_in.bias[7] = float("nan")  # every hidden row gets a NaN in column 7
     before = [p.detach().clone() for p in model.parameters()]
-    reads, real = [], checks.raise_recorded_checks
-    monkeypatch.setattr(checks, "raise_recorded_checks",
-                        lambda pending: reads.append(len(pending)) or real(pending))
+    reads, real = [], step.raise_recorded_flags
+    monkeypatch.setattr(step, "raise_recorded_flags",
+                        lambda pending, flags: reads.append(len(pending)) or real(pending, flags))
+    monkeypatch.setattr(opt, "step", lambda: reads.append("step"))
     with pytest.raises(ValueError, match=r"NaN value\(s\), the first at index \(0, 7\)"):
         step.train_step(model, planted.graph, planted.features, planted.labels, opt,
                         precision="fp32")
-    assert reads == [2]  # both layers' scans, read once, at the end of the step
+    # both layers' scans, read once, at the end of the step; SGD (not fused) is never called
+    assert reads == [2]
     for a, b in zip(before, model.parameters()):
         torch.testing.assert_close(b.detach(), a, rtol=0, atol=0, equal_nan=True)
+
+
+def _adam_state(opt):
+    return [{k: v.clone() for k, v in opt.state[p].items()}
+            for group in opt.param_groups for p in group["params"]]
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_fused_optimizer_is_queued_before_the_read_and_skips_a_nan(planted, nan):
+    """A fused Adam (AMP's found_inf) steps before the scans are read: without a NaN the
+    step is Adam's own, bit for bit; with one it raises and leaves the weights and Adam's
+    state (moments, step counts) as they were."""
+    from dgl_maxk.models import build_model
+
+    def run(fused, plant):
+        torch.manual_seed(0)
+        model = build_model("sage", 12, 16, 5, 2, k=4, dropout=0.0)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, fused=fused)
+        step.train_step(model, planted.graph, planted.features, planted.labels, opt,
+                        precision="fp32")
+        if plant:
+            with torch.no_grad():
+                model.lin_in.bias[7] = float("nan")
+        before, state = [p.detach().clone() for p in model.parameters()], _adam_state(opt)
+        try:
+            step.train_step(model, planted.graph, planted.features, planted.labels, opt,
+                            precision="fp32")
+        except ValueError as err:
+            assert "the first at index (0, 7)" in str(err)
+            return before, state, model, opt, True
+        return before, state, model, opt, False
+
+    before, state, model, opt, raised = run(True, nan)
+    assert raised == nan and not hasattr(opt, "found_inf")
+    if nan:
+        for a, b in zip(before, model.parameters()):
+            torch.testing.assert_close(b.detach(), a, rtol=0, atol=0, equal_nan=True)
+        for got, want in zip(_adam_state(opt), state):
+            for key in want:
+                torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
+    else:
+        _, _, plain, _, _ = run(False, False)  # the same steps through Adam's other path
+        assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        for got, want in zip(model.parameters(), plain.parameters()):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
 
 
 # --------------------------------------------------------------------------- full-graph step
@@ -446,16 +493,19 @@ def test_graphed_step_captures_again_when_trained_parameters_change(planted):
 @needs_kernels
 def test_graphed_step_reports_nan_before_the_optimizer(planted):
     """A NaN that appears after the capture is found by the replayed scans and raised with
-    its position before the optimizer step, as train_step does."""
+    its position, the weights and the optimizer's state unchanged, as train_step does."""
     _, _, run = _steps(planted, "cuda", 3, _full(planted), dropout=0.0)
     assert run._replay is not None
     with torch.no_grad():
         run.model.lin_in.bias[7] = float("nan")
-    before = [p.detach().clone() for p in run.model.parameters()]
+    before, state = [p.detach().clone() for p in run.model.parameters()], _adam_state(run.optimizer)
     with pytest.raises(ValueError, match=r"NaN value\(s\), the first at index \(0, 7\)"):
         run()
     for a, b in zip(before, run.model.parameters()):
         torch.testing.assert_close(b.detach(), a, rtol=0, atol=0, equal_nan=True)
+    for got, want in zip(_adam_state(run.optimizer), state):  # the fused Adam skipped
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
 
 
 @needs_kernels

@@ -6,10 +6,11 @@ backends of :mod:`dgl_maxk.backends` build on it.
 from .cbsr import CBSR, MAX_WIDTH, index_dtype
 from .checks import (NaNError, check_features, check_k, check_nan_counters, checks_enabled,
                      deferred_checks, input_checks, nan_counters, raise_recorded_checks,
-                     recorded_checks)
+                     raise_recorded_flags, recorded_checks, recorded_flags)
 from .plan import NORMS, GraphPlan, SampledBlock, check_graph, graph_plan
 
 __all__ = ["CBSR", "MAX_WIDTH", "index_dtype", "NaNError", "check_features", "check_k",
            "check_nan_counters", "checks_enabled", "deferred_checks", "input_checks",
-           "nan_counters", "raise_recorded_checks", "recorded_checks", "NORMS", "GraphPlan",
+           "nan_counters", "raise_recorded_checks", "raise_recorded_flags", "recorded_checks",
+           "recorded_flags", "NORMS", "GraphPlan",
            "SampledBlock", "check_graph", "graph_plan"]

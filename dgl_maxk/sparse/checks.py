@@ -92,11 +92,26 @@ def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
 def raise_recorded_checks(pending: list):
     """Read the scans :func:`recorded_checks` recorded (one synchronisation) and raise the
     first NaN, with its position."""
+    if pending:
+        raise_recorded_flags(pending, recorded_flags(pending))
+
+
+def recorded_flags(pending: list):
+    """The (NaN count, first position) of each scan in ``pending``, stacked on the first
+    scan's device (n x 2 int64; no synchronisation), or None without scans. Made inside a
+    CUDA graph's capture, each replay refreshes it."""
     if not pending:
-        return
+        return None
     device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features
-    flags = torch.stack([t.to(device) for _, _, count, first, _ in pending
-                         for t in (count, first)]).view(-1, 2).cpu()  # the one sync
+    return torch.stack([t.to(device) for _, _, count, first, _ in pending
+                        for t in (count, first)]).view(-1, 2)
+
+
+def raise_recorded_flags(pending: list, flags):
+    """Read ``flags``, :func:`recorded_flags` of ``pending`` (one synchronisation), and raise
+    the first NaN, with its position."""
+    if flags is None:
+        return
     for (name, shape, _, _, from_end), (count, first) in zip(pending, flags.tolist()):
         _raise_if_nan(name, shape, count, first, from_end)
 

@@ -23,9 +23,10 @@ import warnings
 
 import torch
 
-from ..sparse import SampledBlock, deferred_checks, raise_recorded_checks
+from ..sparse import SampledBlock, raise_recorded_checks, recorded_checks
 from .distributed import is_distributed
-from .step import _forward_backward, capture, probe, train_step, trained_parameters
+from .step import (_forward_backward, capture, optimizer_step_checked, probe, train_step,
+                   trained_parameters)
 
 
 def graph_applies(device, sampler: str) -> bool:
@@ -294,27 +295,30 @@ class SampledStep:
         return self._forward_backward(batch.blocks(), batch.features, batch.labels,
                                       slice(0, batch.batch_size), autocast_cache)
 
-    def _finish(self):
-        """The gradients averaged over the processes (data parallel), then the optimizer."""
-        if self.data_parallel:  # a sum, then the mean (gloo has no average)
-            for flat in self._grads[1]:
-                torch.distributed.all_reduce(flat)
-                flat.div_(torch.distributed.get_world_size())
+    def _finish(self, pending: list):
+        """The NaN scans ``pending`` recorded, read; the gradients averaged over the
+        processes (data parallel); the optimizer's step (:func:`optimizer_step_checked`)."""
+        if not self.data_parallel:
+            optimizer_step_checked(self.optimizer, pending)
+            return
+        raise_recorded_checks(pending)  # before this process's gradients reach the others
+        for flat in self._grads[1]:  # a sum, then the mean (gloo has no average)
+            torch.distributed.all_reduce(flat)
+            flat.div_(torch.distributed.get_world_size())
         self.optimizer.step()
 
     def _step(self, forward_backward):
-        """An eager step: ``forward_backward()`` with its NaN checks read at the end, then
-        :meth:`_finish`."""
+        """An eager step: ``forward_backward()``, then :meth:`_finish`."""
         self.model.train()
         self._bind_grads()
-        with deferred_checks():
+        with recorded_checks() as pending:
             loss = forward_backward()
-        self._finish()
+        self._finish(pending)
         return loss
 
     def _probe_and_capture(self):
         loss, capturable = probe(self.batch.features.device, self._padded)
-        self._finish()
+        self._finish([])  # the probe read its checks
         if not capturable:  # False: this step ran eagerly, as the next ones will
             self.graphed = capturable is None
             return loss
@@ -325,7 +329,7 @@ class SampledStep:
     def _replayed(self):
         cuda_graph, loss, pending = self._replay
         cuda_graph.replay()
-        raise_recorded_checks(pending)
-        self._finish()
+        loss = loss.clone()  # the graph's loss is overwritten by the next replay
+        self._finish(pending)
         self.replays += 1
-        return loss.clone()  # the graph's loss is overwritten by the next replay
+        return loss

@@ -3,11 +3,12 @@
 On the CPU: the padded blocks are valid CSRs within the fan-out, and a model over them
 computes, at the real rows, what it computes over the sampler's blocks (forward and
 gradients), for the three models, MaxK and ReLU. On a GPU: the graphed step trains as the
-eager one does, replays new batches, and still raises on NaN before the optimizer.
+eager one does, replays new batches, and still raises on NaN with the weights unchanged.
 """
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -215,20 +216,30 @@ def test_graphed_sampled_step_trains_as_the_eager_step(model_name):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
+def _optimizer_state(opt):
+    return [t.detach().clone() for state in opt.state.values() for t in state.values()
+            if torch.is_tensor(t)]
+
+
 @needs_kernels
-def test_graphed_sampled_step_raises_on_nan_before_the_optimizer():
+@pytest.mark.parametrize("optimizer", [torch.optim.SGD,
+                                       functools.partial(torch.optim.Adam, fused=True)],
+                         ids=["sgd", "fused-adam"])
+def test_graphed_sampled_step_raises_on_nan_with_the_weights_unchanged(optimizer):
+    """SGD steps after the read; fused Adam is queued before it and skips on the GPU."""
     graph = _graph(500)
     batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(4)]
-    _, _, run = _train(True, batches[:3])
+    _, _, run = _train(True, batches[:3], optimizer=optimizer)
     assert run.replays == 1
     blocks, x, y = batches[3]
     row = int(torch.randint(0, blocks[0].num_dst_nodes(), ()))
     x = x.clone()
     x[row, 2] = float("nan")
     before = [p.detach().clone() for p in run.model.parameters()]
+    state = _optimizer_state(run.optimizer)
     with pytest.raises(ValueError, match=rf"the first at index \({row}, 0\)"):
         run(blocks, x, y)  # lin_in spreads the NaN over its row: the first conv finds it
-    for a, b in zip(before, run.model.parameters()):
+    for a, b in zip(before + state, list(run.model.parameters()) + _optimizer_state(run.optimizer)):
         torch.testing.assert_close(b.detach(), a, rtol=0, atol=0)
     run(*batches[0])  # the next clean batch replays
     assert run.replays == 2

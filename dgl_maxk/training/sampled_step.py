@@ -176,7 +176,8 @@ class SampledStep:
     :class:`PaddedBatch`, captured in a CUDA graph and replayed: the first such call runs
     eagerly (kernels and lazy state are made), the second is probed and captured as in
     :class:`~dgl_maxk.training.step.FullGraphStep`, later calls replay. Each call reads the
-    NaN scans (one synchronisation) before the optimizer's step. DGL's blocks, fan-outs of
+    NaN scans once and raises a NaN with the weights unchanged
+    (:func:`~dgl_maxk.training.step.optimizer_step_checked`). DGL's blocks, fan-outs of
     -1, models with a layer that refuses rows without in-edges
     (``allow_zero_in_degree=False``: padding rows have none), steps off the GPU, with
     ``cuda_graph=False``, or that read a tensor on the host (warned once, then every step)

@@ -268,6 +268,19 @@ def test_diverged_training_exits_5_naming_the_epoch(tmp_path, capsys):
                           "--no-progress", "--quiet"], capsys)
     assert code == 5 and one_line_error(err), err
     assert "seed 0] epoch 1/3" in err and "NaN" in err and "train.lr" in err, err
+    assert "the dataset's features hold none" in err, err
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_nan_in_training_names_its_cause(sparse):
+    """NaN in the dataset's features points there; without, to the learning rate."""
+    from dgl_maxk.training.seed import _nan_cause
+    features = torch.rand(7, 5)
+    clean = features.to_sparse() if sparse else features
+    assert "lower train.lr" in _nan_cause(clean) and "hold none" in _nan_cause(clean)
+    features[int(torch.randint(7, ())), int(torch.randint(5, ()))] = float("nan")
+    dirty = features.to_sparse() if sparse else features
+    assert "features hold NaN" in _nan_cause(dirty) and "train.lr" not in _nan_cause(dirty)
 
 
 def test_a_run_file_that_cannot_be_written_is_one_line(fake_run, tmp_path, capsys):

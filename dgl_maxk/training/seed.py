@@ -198,6 +198,16 @@ def _epoch_line(tag: str, row: dict, epochs: int) -> str:
     return line + f" time {row['time'] * 1e3:.1f} ms"
 
 
+def _nan_cause(features: torch.Tensor) -> str:
+    """What a NaN raised in training points to: the dataset's features, or the weights
+    (read only once a run has failed)."""
+    values = features.values() if features.is_sparse else features
+    if torch.isnan(values).any():
+        return "The dataset's features hold NaN: clean them"
+    return ("It arose in training (the dataset's features hold none): the weights diverged; "
+            "lower train.lr")
+
+
 def _run_epochs(run: _SeedRun, state: dict, ckpt_path: Path, budget, signals, progress,
                 tag) -> bool:
     """Train from ``state``'s epoch to the last one, checkpointing as configured; True when
@@ -211,10 +221,9 @@ def _run_epochs(run: _SeedRun, state: dict, ckpt_path: Path, budget, signals, pr
             try:
                 row = _timed_epoch(run, epoch, state)
             except NaNError as err:
-                raise TrainingDiverged(
-                    f"{tag}epoch {epoch}/{t['epochs']}: {err}. NaN reached the model: lower "
-                    "train.lr, or look for NaN in the dataset's features; checkpoints saved "
-                    "before this epoch are kept") from None
+                raise TrainingDiverged(f"{tag}epoch {epoch}/{t['epochs']}: {err}. "
+                                       f"{_nan_cause(run.features)}; checkpoints saved before "
+                                       "this epoch are kept") from None
             if epoch % t["log_every"] == 0 or epoch == t["epochs"]:
                 bar.clear()
                 LOG.info(_epoch_line(tag, row, t["epochs"]))

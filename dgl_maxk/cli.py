@@ -125,8 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="torch CPU threads (torch.set_num_threads)")
 
     val = sub.add_parser("validate", help="check configs without running anything")
-    val.add_argument("configs", nargs="+")
-    val.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend")
+    val.add_argument("configs", nargs="+", metavar="CONFIG",
+                     help="YAML configs to check (e.g. configs/*.yaml)")
+    val.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
+                     action="extend", help="overrides applied to each config, as for train")
 
     sub.add_parser("datasets", help="list datasets and where their files go")
 

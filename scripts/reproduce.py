@@ -190,8 +190,9 @@ def markdown_table(rows, ks, title, command, elapsed, precision):
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     n = sorted({r["n"] for r in rows})
-    lines += ["", f"Seeds per cell: {', '.join(map(str, n))}. Wall time: {elapsed / 60:.1f} "
-              "min.", "", "```", command, "```", ""]
+    wall = f"{elapsed / 60:.1f} min" if elapsed >= 60 else f"{elapsed:.0f} s"
+    lines += ["", f"Seeds per cell: {', '.join(map(str, n))}. Wall time: {wall}.", "", "```",
+              command, "```", ""]
     return "\n".join(lines)
 
 

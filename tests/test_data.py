@@ -200,7 +200,8 @@ def test_missing_dgl_dataset_fails_fast_naming_files(tmp_path, name):
     assert time.monotonic() - start < 5
     folder, files, _ = D.dgl_layout(name, tmp_path)
     msg = str(err.value)
-    assert str(folder) in msg and all(f in msg for f in files)
+    assert str(folder) in msg and all(msg.count(f) == 1 for f in files)  # each named once
+    assert "none of them is there" in msg
     assert not any(tmp_path.iterdir()), "a failed load must not create anything"
 
 
@@ -298,6 +299,7 @@ def test_missing_ogb_dataset_lists_layout(tmp_path, no_prompt):
               "split/sales_ranking/train.csv.gz"):
         assert f in msg
     assert str(tmp_path / "ogbn_products") in msg and "products.zip" in msg
+    assert "none of them is there" in msg and "missing:" not in msg
     assert not any(tmp_path.iterdir())
 
 

@@ -122,6 +122,11 @@ def dgl_cache_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pkl"))
 
 
+def _missing(files: list, missing: list) -> str:
+    """Which of ``files`` are missing, for a message that has just listed them all."""
+    return "none of them is there" if missing == list(files) else f"missing: {', '.join(missing)}"
+
+
 def check_dgl_files(name: str, root) -> tuple[Path, bool]:
     """(folder, whether DGL's processed cache is there); DatasetNotFound when neither the raw
     files nor a cache are."""
@@ -132,7 +137,7 @@ def check_dgl_files(name: str, root) -> tuple[Path, bool]:
         raise DatasetNotFound(
             f"dataset '{name}' is not on disk and dgl_maxk does not download. Put these "
             f"files in {folder}/ :\n  " + "\n  ".join(files)
-            + f"\n(missing: {', '.join(missing)}). They are the contents of {source} "
+            + f"\n({_missing(files, missing)}). They are the contents of {source} "
             f"unpacked into that folder. The data root is {data_root(root)} {_ROOT_HINT}.")
     return folder, has_cache
 
@@ -155,7 +160,7 @@ def check_ogb_files(name: str, root) -> tuple[Path, bool]:
         raise DatasetNotFound(
             f"dataset '{name}' is not on disk and dgl_maxk does not download. Put "
             f"{ogb_source(name, folder)} at {folder}/ , so that it holds:\n  "
-            + "\n  ".join(files) + f"\n(missing: {', '.join(missing)}).{why} "
+            + "\n  ".join(files) + f"\n({_missing(files, missing)}).{why} "
             f"The data root is {data_root(root)} {_ROOT_HINT}.")
     return folder, has_cache
 

@@ -88,6 +88,9 @@ def test_mapping_keys_must_be_names():
 def test_k_larger_than_hidden_is_rejected():
     with pytest.raises(ConfigError, match=r"'model\.k' = 32 exceeds model\.hidden = 16"):
         small_config(**{"model.k": 32})
+    cfg = {"name": "t", "dataset": {"name": "planted"}, "model": {"name": "sage", "hidden": 16}}
+    with pytest.raises(ConfigError, match=r"'model\.k' = 32 \(the default\) exceeds"):
+        C.validate_config(cfg)  # a k the user never wrote says so
     # ReLU ignores k
     assert small_config(**{"model.k": 32, "model.nonlinearity": "relu"})["model"]["k"] == 32
 
@@ -95,6 +98,10 @@ def test_k_larger_than_hidden_is_rejected():
 def test_modes():
     assert small_config()["mode"] == "full"
     assert small_config(mode="minibatch", sampling={"fanouts": [5, 5]})["mode"] == "minibatch"
+    with pytest.raises(ConfigError, match=r"got \[15, 10, 5\] \(the default\)"):
+        small_config(mode="minibatch")  # 2 layers against fan-outs the user never wrote
+    with pytest.raises(ConfigError, match=r"got \[5, 5, 5\]$"):
+        small_config(mode="minibatch", sampling={"fanouts": [5, 5, 5]})
     with pytest.raises(ConfigError, match="'mode'.*'full', 'minibatch'"):
         small_config(mode="streaming")
 
@@ -167,7 +174,7 @@ def test_overrides_short_and_dotted_keys():
     assert cfg["model"]["k"] == 8 and cfg["model"]["layers"] == 3
     assert cfg["train"]["lr"] == pytest.approx(1e-3)
     assert cfg["dataset"]["params"]["seed"] == 4 and cfg["train"]["seeds"] == [1, 2]
-    with pytest.raises(ConfigError, match="unknown config key 'kk'"):
+    with pytest.raises(ConfigError, match=r"unknown config key 'kk' \(.*dataset\.params\.kk\)"):
         C.apply_overrides(cfg, ["kk=3"])
     with pytest.raises(ConfigError, match="key=value"):
         C.apply_overrides(cfg, ["k16"])

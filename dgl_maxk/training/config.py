@@ -101,8 +101,9 @@ class ModelConfig(_Section):
     @model_validator(mode="after")
     def _k_fits_hidden(self):
         if self.nonlinearity == "maxk" and self.k > self.hidden:
-            raise ValueError(f"config key 'model.k' = {self.k} exceeds model.hidden = "
-                             f"{self.hidden} (MaxK keeps k of the hidden entries)")
+            default = "" if "k" in self.model_fields_set else " (the default)"
+            raise ValueError(f"config key 'model.k' = {self.k}{default} exceeds model.hidden "
+                             f"= {self.hidden} (MaxK keeps k of the hidden entries)")
         return self
 
 
@@ -177,9 +178,10 @@ class ExperimentConfig(_Section):
         if self.mode != "minibatch":
             return self
         if len(self.sampling.fanouts) != self.model.layers:
+            default = "" if "fanouts" in self.sampling.model_fields_set else " (the default)"
             raise ValueError(f"config key 'sampling.fanouts' needs one fan-out per layer "
                              f"(model.layers = {self.model.layers}), got "
-                             f"{self.sampling.fanouts}")
+                             f"{self.sampling.fanouts}{default}")
         if self.train.sparse_features:
             raise ValueError("config key 'train.sparse_features' is for full-graph training; "
                              "mode 'minibatch' gathers dense feature rows per batch")
@@ -323,7 +325,8 @@ def resolve_key(key: str) -> str:
             return matches[0]
         if len(matches) > 1:
             raise ConfigError(f"config key '{key}' is ambiguous: use one of {matches}")
-        raise ConfigError(f"unknown config key '{key}'")
+        raise ConfigError(f"unknown config key '{key}' (a generated dataset's parameter is "
+                          f"dataset.params.{key})")
     section = parts[0]
     if section not in _SECTIONS:
         raise ConfigError(f"unknown config key '{key}' (no section '{section}'; sections: "

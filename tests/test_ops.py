@@ -602,27 +602,6 @@ def test_forward_private_buffers_start_in_distinct_banks():
             assert smem == warps * nbuf * stride * 4, (d, k)
 
 
-def test_sspmm_slices_keep_dx_slices_small_and_dy_rereads_bounded():
-    """The SSpMM's source slices (CPU: the plan only): each slice's dX within
-    ``slice_bytes`` where ``max_slices`` and the dY rereads allow, never more rereads of dY
-    than ``reread_bytes``, at least one slice; a forced count wins."""
-    from dgl_maxk.backends.cuda import launch
-    slice_bytes = launch.option("cbsr_sspmm", "slice_bytes")
-    most = launch.option("cbsr_sspmm", "max_slices")
-    reread = launch.option("cbsr_sspmm", "reread_bytes")
-    for _ in range(500):
-        n = int(torch.randint(1, 5_000_000, ()))
-        k = int(torch.randint(1, 257, ()))
-        dy_bytes = n * 4 * int(torch.randint(1, 1025, ()))
-        slices = launch.sspmm_slices(n, k, dy_bytes)
-        assert 1 <= slices <= most, (n, k, dy_bytes)
-        assert slices == 1 or slices * dy_bytes <= reread, (n, k, dy_bytes)
-        if slices < most and (slices + 1) * dy_bytes <= reread:  # not capped: dX fits
-            assert -(-n * k * 4 // slices) <= slice_bytes, (n, k, dy_bytes)
-        with launch.overrides(cbsr_sspmm={"slices": 3}):
-            assert launch.sspmm_slices(n, k, dy_bytes) == 3
-
-
 @pytest.mark.parametrize("d", [64, 256, 6144, 6148, 20000, 29060, 32768])
 def test_backward_staged_rows_need_no_more_shared_memory_than_one_row(d):
     """SSpMM and SDDMM stage dY rows in shared memory: two per warp with ``prefetch``, but

@@ -22,8 +22,8 @@ DEFAULTS = {
     "group_size": 256,
     "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
                     "banked": 1, "banked_max_bytes": 96 << 20},
-    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 16 << 20,
-                   "max_slices": 4, "reread_bytes": 8 << 30, "prefetch": 1},
+    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 48 << 20,
+                   "max_slices": 4, "prefetch": 1},
     "cbsr_sddmm": {"persist": 1, "minb": 5, "prefetch": 1},
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
     "dense_rows": {"warps": 8},
@@ -33,7 +33,7 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc",
                             "banked", "banked_max_bytes"},
             "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "max_slices", "slices",
-                           "reread_bytes", "prefetch"},
+                           "prefetch"},
             "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},
             "sample_neighbors": {"max_fanout", "threads"},
             "dense_rows": {"warps"}}
@@ -253,20 +253,17 @@ def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
     return defines, warps, smem, persist
 
 
-def sspmm_slices(n_src: int, k: int, dy_bytes: int) -> int:
+def sspmm_slices(n_src: int, k: int) -> int:
     """Source slices of the SSpMM's walk (``GraphPlan.source_slices``): enough that each
     slice's part of dX (``slice_bytes``) stays in L2 while it takes the atomic adds, at most
-    ``max_slices``, and no more than keep the dY rows (``dy_bytes``, which each slice reads
-    again) under ``reread_bytes`` in all. Measured on an H200 (BENCHMARKS.md, twelfth
-    session; ms, d = 256): Reddit-sized (dY 238 MB) k = 16 / 32 / 64 best at 1 / 2 / 4
-    slices of 14 MiB (k = 32: 4.60 -> 4.44, k = 64: 9.84 -> 8.88 against 48 MiB slices);
-    products-sized (dY 2.5 GB) k = 8 best at 3 (2: 6.03, 3: 5.89, 4: 6.26), k = 16 and 32
-    alike at 3 and 4."""
+    ``max_slices`` (each slice reads the dY rows it touches again). Measured on an H200
+    (BENCHMARKS.md, "Kernels at their limit, continued"): 2-4 slices for dX of 60 MB to
+    630 MB take 4-35% off; 5 or more lose on the products-sized graph (2.5 GB of dY rows to
+    read each time)."""
     slices = option("cbsr_sspmm", "slices")
     if not slices:
         slices = min(-(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes")),
-                     option("cbsr_sspmm", "max_slices"),
-                     option("cbsr_sspmm", "reread_bytes") // max(1, dy_bytes))
+                     option("cbsr_sspmm", "max_slices"))
     return max(1, slices)
 
 

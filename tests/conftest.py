@@ -255,6 +255,12 @@ def graph_case(graph_kind):
     return graph_kind, make_graph(graph_kind)
 
 
+def optimizer_state(opt) -> list:
+    """Copies of an optimizer's state tensors (moments, step counts), parameter by parameter."""
+    return [t.detach().clone() for group in opt.param_groups for p in group["params"]
+            for t in opt.state[p].values() if torch.is_tensor(t)]
+
+
 class ReadsOnTheHost(torch.nn.Module):
     """A model whose forward reads a tensor on the host (a step that cannot be captured in a
     CUDA graph), otherwise ``inner``."""

@@ -602,6 +602,35 @@ def test_forward_private_buffers_start_in_distinct_banks():
             assert smem == warps * nbuf * stride * 4, (d, k)
 
 
+def test_sspmm_slices_keep_dx_slices_small_and_dy_rereads_bounded():
+    """The SSpMM's source slices (CPU: the plan only): each slice's dX within
+    ``slice_bytes`` where ``max_slices`` and the dY rereads allow, never more rereads of dY
+    than ``reread_bytes``, at least one slice, one slice for a dX within ``unsliced_bytes``
+    and for sources with few entries each (sampled blocks); a forced count wins."""
+    from dgl_maxk.backends.cuda import launch
+    slice_bytes = launch.option("cbsr_sspmm", "slice_bytes")
+    most = launch.option("cbsr_sspmm", "max_slices")
+    reread = launch.option("cbsr_sspmm", "reread_bytes")
+    reuse = launch.option("cbsr_sspmm", "min_source_entries")
+    unsliced = launch.option("cbsr_sspmm", "unsliced_bytes")
+    for _ in range(500):
+        n = int(torch.randint(1, 5_000_000, ()))
+        k = int(torch.randint(1, 257, ()))
+        dy_bytes = n * 4 * int(torch.randint(1, 1025, ()))
+        entries = n * reuse + int(torch.randint(0, n * 100, ()))
+        slices = launch.sspmm_slices(n, entries, k, dy_bytes)
+        assert 1 <= slices <= most, (n, k, dy_bytes)
+        assert slices == 1 or slices * dy_bytes <= reread, (n, k, dy_bytes)
+        if n * k * 4 <= unsliced:
+            assert slices == 1, (n, k)
+        elif slices < most and (slices + 1) * dy_bytes <= reread:  # not capped: dX fits
+            assert -(-n * k * 4 // slices) <= slice_bytes, (n, k, dy_bytes)
+        sparse = int(torch.randint(0, n * reuse, ()))
+        assert launch.sspmm_slices(n, sparse, k, dy_bytes) == 1, (n, sparse, k)
+        with launch.overrides(cbsr_sspmm={"slices": 3}):
+            assert launch.sspmm_slices(n, sparse, k, dy_bytes) == 3
+
+
 @pytest.mark.parametrize("d", [64, 256, 6144, 6148, 20000, 29060, 32768])
 def test_backward_staged_rows_need_no_more_shared_memory_than_one_row(d):
     """SSpMM and SDDMM stage dY rows in shared memory: two per warp with ``prefetch``, but

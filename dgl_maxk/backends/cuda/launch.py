@@ -22,8 +22,9 @@ DEFAULTS = {
     "group_size": 256,
     "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
                     "banked": 1, "banked_max_bytes": 96 << 20},
-    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "slice_bytes": 48 << 20,
-                   "max_slices": 4, "prefetch": 1},
+    "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "unsliced_bytes": 32 << 20,
+                   "slice_bytes": 16 << 20, "max_slices": 4, "reread_bytes": 8 << 30,
+                   "min_source_entries": 8, "prefetch": 1},
     "cbsr_sddmm": {"persist": 1, "minb": 5, "prefetch": 1},
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
     "dense_rows": {"warps": 8},
@@ -32,7 +33,8 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc",
                             "banked", "banked_max_bytes"},
-            "cbsr_sspmm": {"persist", "minb", "u", "slice_bytes", "max_slices", "slices",
+            "cbsr_sspmm": {"persist", "minb", "u", "unsliced_bytes", "slice_bytes",
+                           "max_slices", "slices", "reread_bytes", "min_source_entries",
                            "prefetch"},
             "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},
             "sample_neighbors": {"max_fanout", "threads"},
@@ -253,17 +255,30 @@ def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
     return defines, warps, smem, persist
 
 
-def sspmm_slices(n_src: int, k: int) -> int:
-    """Source slices of the SSpMM's walk (``GraphPlan.source_slices``): enough that each
-    slice's part of dX (``slice_bytes``) stays in L2 while it takes the atomic adds, at most
-    ``max_slices`` (each slice reads the dY rows it touches again). Measured on an H200
-    (BENCHMARKS.md, "Kernels at their limit, continued"): 2-4 slices for dX of 60 MB to
-    630 MB take 4-35% off; 5 or more lose on the products-sized graph (2.5 GB of dY rows to
-    read each time)."""
+def sspmm_slices(n_src: int, n_entries: int, k: int, dy_bytes: int) -> int:
+    """Source slices of the SSpMM's walk (``GraphPlan.source_slices``), so that the part of
+    dX that takes the atomic adds stays in L2. One slice while dX fits in ``unsliced_bytes``,
+    or where the sources take fewer than ``min_source_entries`` entries each on average
+    (DGL's sampled blocks: about one, so L2 has no second add to a row to keep it for, and a
+    block's slices cost two host syncs to build). Otherwise slices of at most
+    ``slice_bytes`` of dX, at most ``max_slices``, and no more than keep the dY rows
+    (``dy_bytes``, which each slice reads again) under ``reread_bytes`` in all.
+
+    Measured on an H200 (BENCHMARKS.md, thirteenth session; kernel ms, d = 256; dX MiB):
+    medium k = 32 (24) 1 slice 0.47, 2 0.53; medium k = 64 (49) 2 slices 1.05, 4 1.03;
+    Reddit-sized k = 16 (14) 1 best, k = 32 (28) 1 4.60, 2 4.44 (the epoch alike),
+    k = 64 (57) 2 9.84, 4 8.88 (epoch 82.0 -> 78.5 ms); products-sized k = 8 (75, dY 2.5 GB)
+    2 6.03, 3 5.89, 4 6.26; a block of 599k sources and 662k entries: 1 slice best at
+    k = 32 and 64, and 1.6 ms to build its slices."""
     slices = option("cbsr_sspmm", "slices")
-    if not slices:
-        slices = min(-(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes")),
-                     option("cbsr_sspmm", "max_slices"))
+    if slices:
+        return slices
+    if (n_src * k * 4 <= option("cbsr_sspmm", "unsliced_bytes")
+            or n_entries < option("cbsr_sspmm", "min_source_entries") * n_src):
+        return 1
+    slices = min(-(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes")),
+                 option("cbsr_sspmm", "max_slices"),
+                 option("cbsr_sspmm", "reread_bytes") // max(1, dy_bytes))
     return max(1, slices)
 
 

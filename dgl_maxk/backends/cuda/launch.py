@@ -267,7 +267,7 @@ def sspmm_slices(n_src: int, n_entries: int, k: int, dy_bytes: int) -> int:
     Measured on an H200 (BENCHMARKS.md, thirteenth session; kernel ms, d = 256; dX MiB):
     medium k = 32 (24) 1 slice 0.47, 2 0.53; medium k = 64 (49) 2 slices 1.05, 4 1.03;
     Reddit-sized k = 16 (14) 1 best, k = 32 (28) 1 4.60, 2 4.44 (the epoch alike),
-    k = 64 (57) 2 9.84, 4 8.88 (epoch 82.0 -> 78.5 ms); products-sized k = 8 (75, dY 2.5 GB)
+    k = 64 (57) 2 9.84, 4 8.88 (epoch 81.6 -> 78.5 ms); products-sized k = 8 (75, dY 2.5 GB)
     2 6.03, 3 5.89, 4 6.26; a block of 599k sources and 662k entries: 1 slice best at
     k = 32 and 64, and 1.6 ms to build its slices."""
     slices = option("cbsr_sspmm", "slices")

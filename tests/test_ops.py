@@ -631,6 +631,34 @@ def test_sspmm_slices_keep_dx_slices_small_and_dy_rereads_bounded():
             assert launch.sspmm_slices(n, sparse, k, dy_bytes) == 3
 
 
+def test_launch_overrides_hold_in_other_threads_and_end_with_their_block():
+    """Launch overrides reach every thread while their block runs (autograd computes a CUDA
+    backward on its own thread), nest, and are gone after the block, also after an error."""
+    import threading
+    from dgl_maxk.backends.cuda import launch
+    default = launch.group_size()
+    default_slices = launch.option("cbsr_sspmm", "slices")
+
+    def seen_in_a_thread():
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(
+            (launch.group_size(), launch.option("cbsr_sspmm", "slices"))))
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    with launch.overrides(group_size=32):
+        assert seen_in_a_thread() == (32, default_slices)
+        with launch.overrides(cbsr_sspmm={"slices": 3}):
+            assert seen_in_a_thread() == (32, 3)
+        assert seen_in_a_thread() == (32, default_slices)
+    with pytest.raises(RuntimeError, match="inside"):
+        with launch.overrides(group_size=8):
+            raise RuntimeError("inside")
+    assert seen_in_a_thread() == (default, default_slices)
+    assert launch.group_size() == default
+
+
 @pytest.mark.parametrize("d", [64, 256, 6144, 6148, 20000, 29060, 32768])
 def test_backward_staged_rows_need_no_more_shared_memory_than_one_row(d):
     """SSpMM and SDDMM stage dY rows in shared memory: two per warp with ``prefetch``, but

@@ -10,7 +10,6 @@ the GPU tests vary the edge-group size).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 
 import torch
 
@@ -40,14 +39,17 @@ _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", 
             "sample_neighbors": {"max_fanout", "threads"},
             "dense_rows": {"warps"}}
 
-_OVERRIDES = contextvars.ContextVar("dgl_maxk_launch_overrides", default={})
+#: The overrides in effect (the stack's top), seen by every thread: autograd runs a CUDA
+#: backward on its own thread, which a context variable's value would not reach.
+_OVERRIDES = [{}]
 
 
 @contextlib.contextmanager
 def overrides(group_size: int | None = None, **per_kernel: dict):
     """Replace launch defaults inside a ``with`` block, e.g.
-    ``overrides(group_size=32, cbsr_spgemm={"qv": 4})``."""
-    merged = dict(_OVERRIDES.get())
+    ``overrides(group_size=32, cbsr_spgemm={"qv": 4})``. They hold in every thread while the
+    block runs (a backward included), so blocks must not overlap across threads."""
+    merged = dict(_OVERRIDES[-1])
     if group_size is not None:
         merged["group_size"] = int(group_size)
     kernels = sorted(k for k in DEFAULTS if k != "group_size")
@@ -59,20 +61,20 @@ def overrides(group_size: int | None = None, **per_kernel: dict):
             raise ValueError(f"no launch option {sorted(unknown)} for {name}; options: "
                              f"{sorted(_OPTIONS[name])}")
         merged[name] = {**merged.get(name, {}), **values}
-    token = _OVERRIDES.set(merged)
+    _OVERRIDES.append(merged)
     try:
         yield
     finally:
-        _OVERRIDES.reset(token)
+        _OVERRIDES.pop()
 
 
 def group_size() -> int:
-    return _OVERRIDES.get().get("group_size", DEFAULTS["group_size"])
+    return _OVERRIDES[-1].get("group_size", DEFAULTS["group_size"])
 
 
 def option(kernel: str, key: str):
     """A kernel's launch option: the override in effect, else the default (None if unset)."""
-    return _OVERRIDES.get().get(kernel, {}).get(key, DEFAULTS[kernel].get(key))
+    return _OVERRIDES[-1].get(kernel, {}).get(key, DEFAULTS[kernel].get(key))
 
 
 def _pow2ceil(x: int) -> int:

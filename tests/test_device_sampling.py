@@ -1383,7 +1383,7 @@ def test_device_graph_of_is_cached_until_the_graph_changes():
 
 
 def test_the_callers_context_reaches_the_producer_thread():
-    """Context variables (input checks, launch overrides) hold while the producer samples."""
+    """Context variables (input checks) hold while the producer samples."""
     seen = []
 
     class Recording(NeighborSampler):

@@ -1,4 +1,5 @@
 """Operators: maxk, cbsr_spgemm, spmm, aggregate, and the graph plan behind them."""
+import math
 import re
 
 import pytest
@@ -602,33 +603,81 @@ def test_forward_private_buffers_start_in_distinct_banks():
             assert smem == warps * nbuf * stride * 4, (d, k)
 
 
-def test_sspmm_slices_keep_dx_slices_small_and_dy_rereads_bounded():
-    """The SSpMM's source slices (CPU: the plan only): each slice's dX within
-    ``slice_bytes`` where ``max_slices`` and the dY rereads allow, never more rereads of dY
-    than ``reread_bytes``, at least one slice, one slice for a dX within ``unsliced_bytes``
-    and for sources with few entries each (sampled blocks); a forced count wins."""
+def _log_uniform_int(low, high):
+    return int(torch.empty(()).uniform_(math.log(low), math.log(high)).exp())
+
+
+def test_sspmm_slices_are_the_fewest_that_fit_within_their_caps():
+    """The SSpMM's source slices (CPU: the rule only), on sizes drawn log-uniformly: one slice
+    for a dX within ``unsliced_bytes`` or for sources with few entries each (sampled blocks);
+    otherwise the fewest slices of at most ``slice_bytes`` of dX, unless ``max_slices`` or the
+    dY rereads (``reread_bytes``) stop them first; a forced count wins."""
     from dgl_maxk.backends.cuda import launch
-    slice_bytes = launch.option("cbsr_sspmm", "slice_bytes")
-    most = launch.option("cbsr_sspmm", "max_slices")
-    reread = launch.option("cbsr_sspmm", "reread_bytes")
-    reuse = launch.option("cbsr_sspmm", "min_source_entries")
-    unsliced = launch.option("cbsr_sspmm", "unsliced_bytes")
-    for _ in range(500):
-        n = int(torch.randint(1, 5_000_000, ()))
-        k = int(torch.randint(1, 257, ()))
-        dy_bytes = n * 4 * int(torch.randint(1, 1025, ()))
-        entries = n * reuse + int(torch.randint(0, n * 100, ()))
-        slices = launch.sspmm_slices(n, entries, k, dy_bytes)
-        assert 1 <= slices <= most, (n, k, dy_bytes)
-        assert slices == 1 or slices * dy_bytes <= reread, (n, k, dy_bytes)
-        if n * k * 4 <= unsliced:
-            assert slices == 1, (n, k)
-        elif slices < most and (slices + 1) * dy_bytes <= reread:  # not capped: dX fits
-            assert -(-n * k * 4 // slices) <= slice_bytes, (n, k, dy_bytes)
-        sparse = int(torch.randint(0, n * reuse, ()))
-        assert launch.sspmm_slices(n, sparse, k, dy_bytes) == 1, (n, sparse, k)
+
+    def opt(key):
+        return launch.option("cbsr_sspmm", key)
+    for _ in range(2000):
+        n, k = _log_uniform_int(1, 5_000_000), _log_uniform_int(1, 257)
+        dy_bytes = n * 4 * _log_uniform_int(1, 1025)
+        entries = n * opt("min_source_entries") + int(torch.randint(0, n * 100, ()))
+        dx_bytes, case = n * k * 4, (n, entries, k, dy_bytes)
+        slices = launch.sspmm_slices(*case)
+        assert 1 <= slices <= opt("max_slices"), case
+        assert slices == 1 or slices * dy_bytes <= opt("reread_bytes"), case
+        if dx_bytes <= opt("unsliced_bytes"):
+            assert slices == 1, case
+            continue
+        capped = (slices == opt("max_slices")
+                  or (slices + 1) * dy_bytes > opt("reread_bytes"))
+        assert capped or -(-dx_bytes // slices) <= opt("slice_bytes"), case  # they fit
+        assert slices == 1 or -(-dx_bytes // (slices - 1)) > opt("slice_bytes"), case  # fewest
+        few = int(torch.randint(0, n * opt("min_source_entries"), ()))
+        assert launch.sspmm_slices(n, few, k, dy_bytes) == 1, case
         with launch.overrides(cbsr_sspmm={"slices": 3}):
-            assert launch.sspmm_slices(n, sparse, k, dy_bytes) == 3
+            assert launch.sspmm_slices(n, few, k, dy_bytes) == 3
+
+
+def test_sspmm_slices_of_the_measured_cases():
+    """The counts BENCHMARKS.md's measurements chose (d = 256): (sources, entries, k) ->
+    slices, with the dY rows of the graph's destinations in fp32."""
+    from dgl_maxk.backends.cuda import launch
+    reddit, products = (232_965, 114_615_892), (2_449_029, 123_718_280)
+    medium, block = (200_000, 8_000_000), (598_575, 661_621)
+    chosen = {(*reddit, 16): 1, (*reddit, 32): 1, (*reddit, 64): 4, (*products, 8): 3,
+              (*products, 16): 3, (*products, 32): 3, (*medium, 32): 1, (*medium, 64): 4,
+              (*block, 32): 1, (*block, 64): 1}
+    for (n, entries, k), slices in chosen.items():
+        num_dst = 54_365 if (n, entries) == block else n
+        assert launch.sspmm_slices(n, entries, k, num_dst * 256 * 4) == slices, (n, k)
+
+
+@pytest.mark.parametrize("slices", [1, 3])
+def test_cuda_sspmm_asks_the_rule_with_its_sizes_and_walks_its_slices(monkeypatch, slices):
+    """The CUDA backend's SSpMM (CPU: the kernel replaced by a recorder) asks
+    ``sspmm_slices`` for (sources, entries, k, dY bytes as the fp32 it stages) and walks the
+    plan's source slices when the answer is more than one, its edge groups otherwise."""
+    from dgl_maxk.backends import cuda
+    from dgl_maxk.backends.cuda import kernels, launch
+    plan, _ = _sorted_plan(torch.randint(0, 40, (57,)), 90, int(torch.randint(0, 2**31, ())))
+    d, k = 24, 5
+    asked, walked = [], []
+
+    def recorder(group_row, group_start, group_end, col, edge_values, grad_y, x_indices):
+        walked.append((group_row, group_start, group_end))
+        return torch.zeros(x_indices.shape)
+    monkeypatch.setattr(launch, "sspmm_slices", lambda *sizes: asked.append(sizes) or slices)
+    monkeypatch.setattr(kernels, "cbsr_sspmm", recorder)
+    grad_y = torch.randn(plan.num_dst, d, dtype=torch.bfloat16)
+    x_indices = torch.randint(0, d, (plan.num_src, k), dtype=torch.uint8)
+    dx = cuda.cbsr_sspmm(plan, torch.rand(plan.num_edges), grad_y, x_indices)
+    assert dx.shape == (plan.num_src, k) and dx.dtype == torch.bfloat16
+    assert asked == [(plan.num_src, plan.num_edges, k, plan.num_dst * d * 4)]
+    if slices > 1:
+        want = plan.source_slices(launch.group_size(), slices)
+    else:
+        group_row, group_start = plan.edge_groups(launch.group_size())[:2]
+        want = (group_row, group_start, group_start[1:])
+    assert len(walked) == 1 and all(torch.equal(a, b) for a, b in zip(walked[0], want))
 
 
 def test_launch_overrides_hold_in_other_threads_and_end_with_their_block():
@@ -657,6 +706,14 @@ def test_launch_overrides_hold_in_other_threads_and_end_with_their_block():
             raise RuntimeError("inside")
     assert seen_in_a_thread() == (default, default_slices)
     assert launch.group_size() == default
+    outer = launch.overrides(group_size=16)
+    outer.__enter__()
+    try:
+        with pytest.raises(RuntimeError, match="out of turn"):
+            with launch.overrides(group_size=8):
+                outer.__exit__(None, None, None)  # as another thread's block would end
+    finally:
+        del launch._OVERRIDES[1:]  # the outer block, which its error left in place
 
 
 @pytest.mark.parametrize("d", [64, 256, 6144, 6148, 20000, 29060, 32768])

@@ -131,7 +131,7 @@ def _prefetched(batches, depth, device):
     # graph's CSR may still be in the making there: PyTorch's side streams do not wait for
     # the default stream).
     ready_event = torch.cuda.current_stream(device).record_event() if cuda else None
-    # the caller's context (launch overrides, input checks) holds on the producer's thread
+    # the caller's context (input checks) holds on the producer's thread
     thread = threading.Thread(target=contextvars.copy_context().run,
                               args=(_produce, batches, ready, stop, device, ready_event),
                               daemon=True, name=SAMPLER_THREAD)

@@ -157,7 +157,7 @@ def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
     group_end = group_start[1:]
     slices = launch.sspmm_slices(plan.num_src, plan.num_edges, x_indices.shape[1],
                                  plan.num_dst * grad_y.shape[1] * 4)  # dY staged as fp32
-    if slices > 1 and plan.rows_sorted_by_source():  # dX beyond L2: slice by slice
+    if slices > 1 and plan.rows_sorted_by_source():  # dX beyond L2, sources reused
         group_row, group_start, group_end = plan.source_slices(launch.group_size(), slices)
     dx = kernels.cbsr_sspmm(group_row, group_start, group_end, col,
                             edge_values.to(torch.float32).contiguous(),

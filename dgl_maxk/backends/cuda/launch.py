@@ -48,7 +48,8 @@ _OVERRIDES = [{}]
 def overrides(group_size: int | None = None, **per_kernel: dict):
     """Replace launch defaults inside a ``with`` block, e.g.
     ``overrides(group_size=32, cbsr_spgemm={"qv": 4})``. They hold in every thread while the
-    block runs (a backward included), so blocks must not overlap across threads."""
+    block runs (a backward included; a device loader's sampler thread reads them as it
+    samples), so blocks in two threads must not overlap: one that ends out of turn raises."""
     merged = dict(_OVERRIDES[-1])
     if group_size is not None:
         merged["group_size"] = int(group_size)
@@ -65,6 +66,9 @@ def overrides(group_size: int | None = None, **per_kernel: dict):
     try:
         yield
     finally:
+        if _OVERRIDES[-1] is not merged:
+            raise RuntimeError("launch overrides ended out of turn (blocks overlapping in two "
+                               "threads?)")
         _OVERRIDES.pop()
 
 
@@ -266,19 +270,19 @@ def sspmm_slices(n_src: int, n_entries: int, k: int, dy_bytes: int) -> int:
     ``slice_bytes`` of dX, at most ``max_slices``, and no more than keep the dY rows
     (``dy_bytes``, which each slice reads again) under ``reread_bytes`` in all.
 
-    Measured on an H200 (BENCHMARKS.md, thirteenth session; kernel ms, d = 256; dX MiB):
-    medium k = 32 (24) 1 slice 0.47, 2 0.53; medium k = 64 (49) 2 slices 1.05, 4 1.03;
-    Reddit-sized k = 16 (14) 1 best, k = 32 (28) 1 4.60, 2 4.44 (the epoch alike),
-    k = 64 (57) 2 9.84, 4 8.88 (epoch 81.6 -> 78.5 ms); products-sized k = 8 (75, dY 2.5 GB)
-    2 6.03, 3 5.89, 4 6.26; a block of 599k sources and 662k entries: 1 slice best at
-    k = 32 and 64, and 1.6 ms to build its slices."""
+    Measured on an H200 (BENCHMARKS.md, twelfth and thirteenth sessions; d = 256): the
+    fastest measured count, or one tied with it, in every case: Reddit-sized k = 64 kernel
+    9.84 -> 8.88 ms (epoch 81.6 -> 78.5), products-sized k = 8 6.03 -> 5.89; medium k = 32
+    (dX 24 MiB) 1 slice 0.47 ms, 2 slices 0.53; a block of 599k sources and 662k entries
+    1 slice best or tied at k = 32 and 64, and 1.6 ms to build its slices."""
     slices = option("cbsr_sspmm", "slices")
     if slices:
         return slices
-    if (n_src * k * 4 <= option("cbsr_sspmm", "unsliced_bytes")
+    dx_bytes = n_src * k * 4
+    if (dx_bytes <= option("cbsr_sspmm", "unsliced_bytes")
             or n_entries < option("cbsr_sspmm", "min_source_entries") * n_src):
         return 1
-    slices = min(-(-(n_src * k * 4) // option("cbsr_sspmm", "slice_bytes")),
+    slices = min(-(-dx_bytes // option("cbsr_sspmm", "slice_bytes")),
                  option("cbsr_sspmm", "max_slices"),
                  option("cbsr_sspmm", "reread_bytes") // max(1, dy_bytes))
     return max(1, slices)

@@ -14,7 +14,8 @@ While installed, ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv`` (and the sam
 without an explicit ``k`` gets the installed one (``k=None`` keeps a layer dense; so does a
 layer whose input is at most k wide, where MaxK would keep every entry). Code that
 bound DGL's class to a name before ``install`` (``from dgl.nn import SAGEConv`` at the top of a
-module imported earlier) keeps DGL's class: call ``install`` first. So does the module that
+module imported earlier) keeps DGL's class: call ``install`` first (``install`` warns, naming
+each such module global it finds). So does the module that
 defines each class (``dgl.nn.pytorch.conv.sageconv``): DGL's code there calls
 ``super(SAGEConv, self)`` by name, which the replacement, a subclass, would send round in
 circles.
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
+import warnings
 
 from .sparse import check_k
 
@@ -62,6 +65,28 @@ def install(k: int, layers=LAYERS):
             _originals.setdefault((namespace, name), getattr(module, name))
             setattr(module, name, _replacements[name])
         _installed_k[name] = k
+    stale = _bound_before(layers)
+    if stale:
+        warnings.warn(f"dgl_maxk.install: {', '.join(stale)} still name DGL's own class (bound "
+                      "before install()), so the code that builds layers through those names "
+                      "builds DGL's, without MaxK; call install() before importing that code, "
+                      "or build dgl_maxk.nn layers there", stacklevel=2)
+
+
+def _bound_before(layers) -> list:
+    """``module.name`` of each module global outside DGL and dgl_maxk that holds DGL's class
+    of one of ``layers``: code that imported it before :func:`install` keeps building it."""
+    originals = {id(_originals[(_NAMESPACES[0], name)]) for name in layers}
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module_name.split(".")[0] in ("dgl", "dgl_maxk"):
+            continue
+        try:
+            names = list(vars(module).items())
+        except TypeError:  # a None placeholder or an object without a __dict__
+            continue
+        found += [f"{module_name}.{attr}" for attr, value in names if id(value) in originals]
+    return found
 
 
 def uninstall():

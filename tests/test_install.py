@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +207,28 @@ def test_installed_nested_restores_the_outer_install(clean_install):
     assert_installed(32)
     dgl_maxk.uninstall()
     assert_uninstalled(clean_install)
+
+
+def test_install_names_the_module_globals_that_still_hold_dgls_class(clean_install):
+    """A module that bound DGL's class before install keeps building DGL's layer: install
+    warns with each such global (module.name), for the layers it replaces only."""
+    import types
+    early = types.ModuleType("early_model_code")
+    early.GraphConv = clean_install[("dgl.nn", "GraphConv")]
+    early.Conv = clean_install[("dgl.nn", "GINConv")]
+    sys.modules[early.__name__] = early
+    try:
+        with pytest.warns(UserWarning, match="early_model_code.GraphConv") as caught:
+            dgl_maxk.install(8)
+        assert "early_model_code.Conv" in str(caught[0].message)
+        assert not isinstance(early.GraphConv(4, 4), dgl_maxk.nn.GraphConv)  # why it warns
+        dgl_maxk.uninstall()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dgl_maxk.install(8, layers=["SAGEConv"])
+        assert not any("early_model_code" in str(w.message) for w in caught)
+    finally:
+        del sys.modules[early.__name__]
 
 
 # --------------------------------------------------------------------------- import

@@ -20,8 +20,10 @@ import contextlib
 import json
 import math
 import os
+import signal
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -33,8 +35,17 @@ from .training import (CheckpointError, ConfigError, RunInterrupted, TrainingDiv
 from .training.config import TrainConfig, parse_seeds, resolve_key
 
 EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED, EXIT_DIVERGED = 0, 2, 3, 4, 5
-#: exit status when SIGINT arrives before a run could save anything to resume
-EXIT_SIGINT = 130
+#: exit status when SIGINT (SIGTERM) arrives before a run could save anything to resume
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what schedulers send), raised as a Ctrl-C is, so that a script keeps what it
+    measured before it."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
 
 
 class Parser(argparse.ArgumentParser):
@@ -164,14 +175,16 @@ def main(argv=None) -> int:
 
 def run_command(command, on_sigint) -> int:
     """``command()``'s exit status, or a known failure's after its one line on stderr
-    (:func:`known_failure`), or 130 after ``on_sigint`` (a line, or a function that says it
-    then) for a Ctrl-C that no run turned into a stop. The scripts report their failures
-    through it too."""
+    (:func:`known_failure`), or 130 (143) after ``on_sigint`` (a line, or a function that
+    says it then) for a Ctrl-C (SIGTERM) that no run turned into a stop: SIGTERM is raised
+    as a Ctrl-C while the command runs. The scripts report their failures through it too."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
         return command()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(on_sigint() if callable(on_sigint) else on_sigint, file=sys.stderr)
-        return EXIT_SIGINT
+        return EXIT_SIGTERM if isinstance(stop, _Terminated) else EXIT_SIGINT
     except Exception as err:
         failure = known_failure(err)
         if failure is None:  # a bug in dgl_maxk: its traceback shows
@@ -179,6 +192,9 @@ def run_command(command, on_sigint) -> int:
         status, line = failure
         print(line, file=sys.stderr)
         return status
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def known_failure(err: Exception):

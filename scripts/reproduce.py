@@ -19,7 +19,7 @@ data are checked (the data loaded) before anything runs. As with ``python -m dgl
 train``, a failure is one line, ``error: ...``, and the exit status says what happened: 2
 bad arguments, configs or files, 3 missing or unreadable data, 4 a run stopped by a signal
 (resumable with ``python -m dgl_maxk train --resume RUN_DIR``), 5 a run diverged to NaN,
-130 Ctrl-C outside a run.
+130 Ctrl-C (143 SIGTERM) outside a run.
 """
 from __future__ import annotations
 

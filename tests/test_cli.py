@@ -313,3 +313,21 @@ def test_sigint_before_the_run_started(fake_run, tmp_path, capsys):
     fake_run(KeyboardInterrupt())
     code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
     assert code == 130 and "nothing to resume" in err and "<" not in err, err
+
+
+def test_sigterm_outside_a_run_is_reported_as_a_ctrl_c_is_with_143(monkeypatch, tmp_path,
+                                                                   capsys):
+    """SIGTERM (what schedulers send) while a command runs outside a run's own handlers: the
+    command's interrupted line and 143, not a silent death; the handler from before comes
+    back."""
+    import os
+    import signal
+    before = signal.getsignal(signal.SIGTERM)
+
+    def terminated(cfg, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+    monkeypatch.setattr("dgl_maxk.cli.run_experiment", terminated)
+    code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
+    assert code == 143 and "nothing to resume" in err, err
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -232,7 +232,8 @@ def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
 
 
 def test_compare_dgl_records_what_a_paper_needs(tmp_path):
-    """Each arm's epoch range beside its median, and the machine: host, commit, CPU model."""
+    """Each arm's epoch range beside its median and the epochs it timed (stock DGL's: a
+    third, after one warm-up), and the machine: host, commit, CPU model."""
     import json
     result = run_side_by_side([command("compare_dgl", "--graphs", "small", "--models", "sage",
                                        "--ks", "8", "--epochs", "3", "--warmup", "0",
@@ -248,6 +249,8 @@ def test_compare_dgl_records_what_a_paper_needs(tmp_path):
     for r in timed:
         low, high = r["epoch_ms_range"]
         assert 0 < low <= r["epoch_ms"] <= high
+        assert (r["epochs_timed"], r["warmup_epochs"]) == ((1, 1) if r["variant"] == "dgl-relu"
+                                                           else (3, 0)), r["variant"]
 
 
 def test_compare_dgl_interrupted_keeps_what_it_measured(tmp_path, monkeypatch):
@@ -277,6 +280,26 @@ def test_compare_dgl_interrupted_keeps_what_it_measured(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert saved["interrupted"] and {r["graph"] for r in saved["results"]} == {"small"}
     assert (tmp_path / "cmp" / "compare.md").read_text().startswith("Interrupted")
+
+
+def test_compare_dgl_table_gives_library_arms_their_ratio_and_explains_beating_the_limit():
+    """The libraries' ReLU arms get their epoch ratio to the CSR ReLU model (as the plot
+    draws them); a MaxK arm above its Amdahl limit gets a note on why that can happen."""
+    compare = load_script("compare_dgl")
+    common = {"graph": "g", "model": "sage", "peak_gib": None, "cuda_graph": False,
+              "device": "cpu", "amdahl_limit": 1.5}
+    rows = [{**common, "variant": "csr-relu", "epoch_ms": 6.0},
+            {**common, "variant": "dgl-relu", "epoch_ms": 12.0},
+            {**common, "variant": "maxk-k8", "epoch_ms": 5.0, "speedup": 1.2,
+             "fraction_of_limit": 0.8}]
+    table = compare.markdown_table(rows, "fp32")
+    cells = [[c.strip() for c in line.split("|")] for line in table.splitlines()
+             if line.startswith("| g ")]
+    speedup = {row[3]: row[8] for row in cells}  # variant -> "speedup vs CSR ReLU"
+    assert speedup == {"csr-relu": "", "dgl-relu": "0.50x", "maxk-k8": "1.20x"}
+    assert "Above 100%" not in table
+    rows[-1].update(speedup=2.0, fraction_of_limit=1.33)
+    assert "Above 100% of the limit" in compare.markdown_table(rows, "fp32")
 
 
 def test_reproduce_again_continues_its_runs(tmp_path):

@@ -260,6 +260,23 @@ def test_a_run_directory_that_cannot_be_locked_runs_unlocked(tmp_path, monkeypat
     assert res["complete"] and "cannot be locked here (Bad file descriptor)" in caplog.text
 
 
+@pytest.mark.parametrize("sampler, threads", [("dgl", 2), ("dgl", 1), ("device", 2)])
+def test_dgl_sampler_on_several_threads_is_said_not_to_repeat(sampler, threads, tmp_path):
+    """DGL's sampler draws other neighbours from run to run on several threads: the run's
+    log warns and names the way out; one thread, or dgl_maxk's sampler, is quiet."""
+    cfg = small_config(**{"train.epochs": 1, "mode": "minibatch", "sampling.fanouts": [4, 4],
+                          "sampling.sampler": sampler})
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        res = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True)
+    finally:
+        torch.set_num_threads(before)
+    log = (Path(res["run_dir"]) / "log.txt").read_text()
+    warned = "DGL's sampler with 2 threads" in log and "--threads 1" in log
+    assert warned == (sampler == "dgl" and threads > 1), log
+
+
 def test_experiment_stop_and_resume(tmp_path):
     cfg = small_config(**{"train.epochs": 4, "train.seeds": [0, 1]})
     part = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True,

@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import stat
 import sys
@@ -171,6 +172,15 @@ def main(argv=None) -> int:
     return run_command(lambda: commands[args.command](args),
                        "interrupted before training started; nothing to resume (run the "
                        "command again)")
+
+
+def flag_error(err: Exception, flags: dict) -> str:
+    """A config check's message for a script whose flags fill the config (``flags``: config
+    key -> flag), led by the flags of the keys it names, as argparse names its own."""
+    message = str(err)
+    named = [flag for key, flag in flags.items()
+             if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)]
+    return f"argument {' / '.join(dict.fromkeys(named))}: {message}" if named else message
 
 
 def run_command(command, on_sigint) -> int:

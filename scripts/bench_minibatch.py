@@ -41,7 +41,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import Parser, check_out_dir, positive_int  # noqa: E402
+from dgl_maxk.cli import Parser, check_out_dir, flag_error, positive_int  # noqa: E402
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
@@ -172,11 +172,18 @@ def variant_k(name: str) -> int | None:
     return None if name == "relu" else int(name.removeprefix("maxk-k"))
 
 
+#: the config keys that the flags fill (each of --variants sets ``model.k``)
+CONFIG_FLAGS = {"dataset.params.num_nodes": "--nodes", "dataset.params.mean_degree": "--degree",
+                "dataset.params.num_features": "--features",
+                "dataset.params.num_classes": "--classes", "dataset.params.seed": "--seed",
+                "model.hidden": "--hidden", "model.layers": "--layers",
+                "sampling.fanouts": "--fanouts", "sampling.batch_size": "--batch-size",
+                "sampling.prefetch": "--prefetch", "model.k": "--variants"}
+
+
 def as_config(args) -> dict:
     """The benchmark as the trainer's mini-batch config, so that the trainer's checks see
-    every setting (their messages name config keys: ``dataset.params`` holds --nodes,
-    --degree, --features, --classes and --seed; ``model`` --hidden and --layers;
-    ``sampling`` --fanouts, --batch-size and --prefetch; each variant sets ``model.k``)."""
+    every setting (their messages name config keys: :data:`CONFIG_FLAGS`)."""
     variants = {name: {"model.nonlinearity": "relu"} if variant_k(name) is None
                 else {"model.nonlinearity": "maxk", "model.k": variant_k(name)}
                 for name in args.variants}
@@ -245,7 +252,7 @@ def argument_problem(args) -> str | None:
         validate_config(as_config(args))
         check_out_dir(Path(args.out))
     except ConfigError as err:
-        return str(err)
+        return flag_error(err, CONFIG_FLAGS)
     if args.warmup < 0:
         return f"argument --warmup: must be >= 0, got {args.warmup}"
     if not 0 < args.train_fraction <= 1:

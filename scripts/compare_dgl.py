@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import dgl_maxk  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
-from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
-                          run_command)
+from dgl_maxk.cli import (Parser, check_out_dir, device_argument, flag_error,  # noqa: E402
+                          positive_int, run_command)
 from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E402
 from dgl_maxk.models import MODELS, aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
@@ -298,10 +298,14 @@ def graph_name(text: str) -> str:
             f"({', '.join(dataset_names())})") from None
 
 
+#: the config keys that the flags fill (``model.k``: the largest of --ks)
+CONFIG_FLAGS = {"model.hidden": "--hidden", "model.dropout": "--dropout", "model.k": "--ks",
+                "dataset.params.seed": "--seed"}
+
+
 def as_config(args) -> dict:
     """The arms' settings as a training config, so that the trainer's checks see them (their
-    messages name config keys: ``model.hidden`` is --hidden, ``model.dropout`` --dropout,
-    ``model.k`` the largest of --ks, ``dataset.params.seed`` --seed)."""
+    messages name config keys: :data:`CONFIG_FLAGS`)."""
     return {"dataset": {"name": "powerlaw", "params": {"seed": args.seed}},
             "model": {"name": args.models[0], "hidden": args.hidden, "dropout": args.dropout,
                       "k": max(args.ks)}}
@@ -337,7 +341,7 @@ def parse_args(argv=None):
         validate_config(as_config(args))
         check_out_dir(Path(args.out))
     except ConfigError as err:
-        parser.error(str(err))
+        parser.error(flag_error(err, CONFIG_FLAGS))
     if args.warmup < 0:
         parser.error(f"argument --warmup: must be >= 0, got {args.warmup}")
     return args

@@ -315,6 +315,18 @@ def test_sigint_before_the_run_started(fake_run, tmp_path, capsys):
     assert code == 130 and "nothing to resume" in err and "<" not in err, err
 
 
+def test_flag_error_leads_with_the_flags_of_the_keys_named_whole():
+    """A script's config error names its flags first, for whole keys only."""
+    from dgl_maxk.cli import flag_error
+    from dgl_maxk.training import ConfigError
+    flags = {"model.k": "--ks", "model.hidden": "--hidden", "dataset.params.seed": "--seed"}
+    err = ConfigError("config key 'model.k' = 64 exceeds model.hidden = 32")
+    assert flag_error(err, flags) == f"argument --ks / --hidden: {err}"
+    for unrelated in ("config key 'model.kind' is unknown", "sub.model.k = 3",
+                      "config key 'params.seed' is unknown"):
+        assert flag_error(ConfigError(unrelated), flags) == unrelated
+
+
 def test_sigterm_outside_a_run_is_reported_as_a_ctrl_c_is_with_143(monkeypatch, tmp_path,
                                                                    capsys):
     """SIGTERM (what schedulers send) while a command runs outside a run's own handlers: the

@@ -164,7 +164,9 @@ def test_compare_dgl_bad_input_is_one_line(tmp_path):
     common = ["--out", tmp_path / "out", "--device", "cpu"]
     cases = [(["--graphs", "nope"], 2, "--graphs"), (["--ks", "0"], 2, "--ks"),
              (["--models", "foo"], 2, "--models"), (["--epochs", "0"], 2, "--epochs"),
-             (["--dropout", "2"], 2, "dropout"), (["--graphs", "cora"], 3, "cora")]
+             (["--dropout", "2"], 2, "argument --dropout: config key 'model.dropout'"),
+             (["--ks", "64", "--hidden", "32"], 2, "argument --hidden / --ks: config key"),
+             (["--graphs", "cora"], 3, "cora")]
     results = run_side_by_side([command("compare_dgl", *common, *args)
                                 for args, _, _ in cases], tmp_path)
     for (_, status, word), result in zip(cases, results):

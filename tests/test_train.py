@@ -277,6 +277,19 @@ def test_dgl_sampler_on_several_threads_is_said_not_to_repeat(sampler, threads, 
     assert warned == (sampler == "dgl" and threads > 1), log
 
 
+def test_results_json_holds_each_variants_dataset_sizes_and_split(tmp_path):
+    """What a paper's table needs about the data is in results.json, not only in the log."""
+    cfg = small_config(**{"train.epochs": 1})
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True)
+    saved = json.loads((Path(res["run_dir"]) / "results.json").read_text())
+    params = cfg["dataset"]["params"]
+    want = D.load_dataset("planted", **params).summary()
+    for variant in saved["variants"].values():
+        got = variant["dataset_summary"]
+        assert {key: got[key] for key in want} == json.loads(json.dumps(want))
+        assert got["train"] + got["val"] + got["test"] <= got["num_nodes"] == params["num_nodes"]
+
+
 def test_experiment_stop_and_resume(tmp_path):
     cfg = small_config(**{"train.epochs": 4, "train.seeds": [0, 1]})
     part = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True,

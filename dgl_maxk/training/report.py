@@ -42,13 +42,15 @@ def tf32_tensor_cores(device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-def variant_summary(vcfg: dict, metric: str, per_seed: list) -> dict:
-    """One variant's entry of results.json: its model, scores over seeds, and the seeds."""
+def variant_summary(vcfg: dict, dataset, per_seed: list) -> dict:
+    """One variant's entry of results.json: its model, its dataset's sizes and split, scores
+    over seeds, and the seeds."""
     m = vcfg["model"]
     return {
         "model": m["name"], "nonlinearity": m["nonlinearity"],
         "k": m["k"] if m["nonlinearity"] == "maxk" else None, "hidden": m["hidden"],
-        "layers": m["layers"], "dataset": vcfg["dataset"]["name"], "metric": metric,
+        "layers": m["layers"], "dataset": vcfg["dataset"]["name"],
+        "dataset_summary": dataset.summary(), "metric": dataset.metric,
         "precision": vcfg["train"]["precision"],
         "test": stats([r["test_at_best_val"] for r in per_seed]),
         "val": stats([r["best_val"] for r in per_seed]),

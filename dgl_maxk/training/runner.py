@@ -383,7 +383,7 @@ def _train_variants(variants, cache, run_dir, device, budget, signals, progress,
             LOG.info(f"{tag}best val {res['best_val']:.4f} at epoch {res['best_epoch']}: "
                      f"test {res['test_at_best_val']:.4f}")
             per_seed.append(res)
-        summaries[vname] = variant_summary(vcfg, dataset.metric, per_seed)
+        summaries[vname] = variant_summary(vcfg, dataset, per_seed)
         if not complete:
             return summaries, False
     return summaries, True

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+import types
 import warnings
 
 from .sparse import check_k
@@ -52,7 +53,12 @@ def installed_k(layer: str):
 
 def install(k: int, layers=LAYERS):
     """Make ``dgl.nn.<layer>`` build dgl_maxk layers with MaxK at ``k`` by default.
-    ``layers``: names among :data:`LAYERS` (a single name may be given as a string)."""
+    ``layers``: names among :data:`LAYERS` (a single name may be given as a string). Warns
+    when a module already holds DGL's class of one of them under a name of its own."""
+    _warn_bound_before(_install(k, layers), stacklevel=3)
+
+
+def _install(k, layers) -> tuple:
     k = check_k(k)
     layers = (layers,) if isinstance(layers, str) else tuple(layers)
     unknown = set(layers) - set(LAYERS)
@@ -65,28 +71,42 @@ def install(k: int, layers=LAYERS):
             _originals.setdefault((namespace, name), getattr(module, name))
             setattr(module, name, _replacements[name])
         _installed_k[name] = k
+    return layers
+
+
+def _warn_bound_before(layers, stacklevel):
     stale = _bound_before(layers)
     if stale:
         warnings.warn(f"dgl_maxk.install: {', '.join(stale)} still name DGL's own class (bound "
-                      "before install()), so the code that builds layers through those names "
-                      "builds DGL's, without MaxK; call install() before importing that code, "
-                      "or build dgl_maxk.nn layers there", stacklevel=2)
+                      "before install()), so code that builds layers through those names "
+                      "builds DGL's, without MaxK (harmless where a name only serves isinstance "
+                      "checks); call install() before importing that code, or build "
+                      "dgl_maxk.nn layers there", stacklevel=stacklevel)
+
+
+#: a module's own namespace, read past any __dict__ property a lazy module defines
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]
 
 
 def _bound_before(layers) -> list:
     """``module.name`` of each module global outside DGL and dgl_maxk that holds DGL's class
-    of one of ``layers``: code that imported it before :func:`install` keeps building it."""
+    of one of ``layers``: code that imported it before :func:`install` keeps building it.
+    Only real modules are read, each once (``__main__`` may also be ``__mp_main__``), their
+    own namespaces only (a lazy module's hooks do not run): the scan only ever warns."""
     originals = {id(_originals[(_NAMESPACES[0], name)]) for name in layers}
-    found = []
+    found, seen = [], set()
     for module_name, module in list(sys.modules.items()):
-        if module_name.split(".")[0] in ("dgl", "dgl_maxk"):
+        if (not isinstance(module, types.ModuleType) or id(module) in seen
+                or module_name.split(".")[0] in ("dgl", "dgl_maxk")):
             continue
+        seen.add(id(module))
         try:
-            names = list(vars(module).items())
-        except TypeError:  # a None placeholder or an object without a __dict__
+            names = list(_MODULE_DICT.__get__(module).items())
+        except RuntimeError:  # another thread's import changed it while it was read
             continue
         found += [f"{module_name}.{attr}" for attr, value in names if id(value) in originals]
     return found
+
 
 
 def uninstall():
@@ -107,10 +127,10 @@ def installed(k: int, layers=LAYERS):
     """:func:`install` for the duration of a ``with`` block; restores what was there before,
     exceptions included."""
     outer = dict(_installed_k)
-    install(k, layers)
+    _warn_bound_before(_install(k, layers), stacklevel=4)  # past contextlib, to the with
     try:
         yield
     finally:
         uninstall()
         for name, outer_k in outer.items():
-            install(outer_k, [name])
+            _install(outer_k, [name])

@@ -211,24 +211,44 @@ def test_installed_nested_restores_the_outer_install(clean_install):
 
 def test_install_names_the_module_globals_that_still_hold_dgls_class(clean_install):
     """A module that bound DGL's class before install keeps building DGL's layer: install
-    warns with each such global (module.name), for the layers it replaces only."""
+    warns with each such global (module.name) once, also under a second name of the same
+    module, for the layers it replaces only; odd sys.modules entries (None, a non-module, a
+    lazy module whose attribute hooks raise) neither stop it nor run."""
     import types
+
+    class Lazy(types.ModuleType):
+        def __getattr__(self, name):
+            raise ImportError("a lazy module imported on first use")
+
+        @property
+        def __dict__(self):
+            raise ImportError("a lazy module imported on first use")
     early = types.ModuleType("early_model_code")
     early.GraphConv = clean_install[("dgl.nn", "GraphConv")]
     early.Conv = clean_install[("dgl.nn", "GINConv")]
-    sys.modules[early.__name__] = early
+    odd = {early.__name__: early, "early_alias": early, "odd_none": None,
+           "odd_object": object(), "odd_lazy": Lazy("odd_lazy")}
+    sys.modules.update(odd)
     try:
         with pytest.warns(UserWarning, match="early_model_code.GraphConv") as caught:
             dgl_maxk.install(8)
-        assert "early_model_code.Conv" in str(caught[0].message)
-        assert not isinstance(early.GraphConv(4, 4), dgl_maxk.nn.GraphConv)  # why it warns
+        message = str(caught[0].message)
+        assert "early_model_code.Conv" in message and "early_alias" not in message
+        assert caught[0].filename == __file__  # the warning points at the caller
+        assert dgl_maxk.is_installed()
         dgl_maxk.uninstall()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            dgl_maxk.install(8, layers=["SAGEConv"])
+            with dgl_maxk.installed(8, layers=["SAGEConv"]):
+                pass
         assert not any("early_model_code" in str(w.message) for w in caught)
+        with pytest.warns(UserWarning, match="early_model_code.GraphConv") as caught:
+            with dgl_maxk.installed(8, layers=["GraphConv"]):
+                pass
+        assert caught[0].filename == __file__
     finally:
-        del sys.modules[early.__name__]
+        for name in odd:
+            del sys.modules[name]
 
 
 # --------------------------------------------------------------------------- import

@@ -176,11 +176,16 @@ def main(argv=None) -> int:
 
 def flag_error(err: Exception, flags: dict) -> str:
     """A config check's message for a script whose flags fill the config (``flags``: config
-    key -> flag), led by the flags of the keys it names, as argparse names its own."""
+    key -> flag), led by the flags of the keys it names, in the message's order, as argparse
+    names its own."""
     message = str(err)
-    named = [flag for key, flag in flags.items()
-             if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)]
-    return f"argument {' / '.join(dict.fromkeys(named))}: {message}" if named else message
+    found = {}  # flag -> where its key first stands in the message
+    for key, flag in flags.items():
+        match = re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)
+        if match:
+            found[flag] = min(found.get(flag, match.start()), match.start())
+    named = sorted(found, key=found.get)
+    return f"argument {' / '.join(named)}: {message}" if named else message
 
 
 def run_command(command, on_sigint) -> int:

@@ -316,12 +316,15 @@ def test_sigint_before_the_run_started(fake_run, tmp_path, capsys):
 
 
 def test_flag_error_leads_with_the_flags_of_the_keys_named_whole():
-    """A script's config error names its flags first, for whole keys only."""
+    """A script's config error names its flags first, in the message's order, for whole keys
+    only."""
     from dgl_maxk.cli import flag_error
     from dgl_maxk.training import ConfigError
     flags = {"model.k": "--ks", "model.hidden": "--hidden", "dataset.params.seed": "--seed"}
     err = ConfigError("config key 'model.k' = 64 exceeds model.hidden = 32")
     assert flag_error(err, flags) == f"argument --ks / --hidden: {err}"
+    swapped = {"model.hidden": "--hidden", "model.k": "--ks"}  # the message's order wins
+    assert flag_error(err, swapped) == f"argument --ks / --hidden: {err}"
     for unrelated in ("config key 'model.kind' is unknown", "sub.model.k = 3",
                       "config key 'params.seed' is unknown"):
         assert flag_error(ConfigError(unrelated), flags) == unrelated

@@ -165,7 +165,7 @@ def test_compare_dgl_bad_input_is_one_line(tmp_path):
     cases = [(["--graphs", "nope"], 2, "--graphs"), (["--ks", "0"], 2, "--ks"),
              (["--models", "foo"], 2, "--models"), (["--epochs", "0"], 2, "--epochs"),
              (["--dropout", "2"], 2, "argument --dropout: config key 'model.dropout'"),
-             (["--ks", "64", "--hidden", "32"], 2, "argument --hidden / --ks: config key"),
+             (["--ks", "64", "--hidden", "32"], 2, "argument --ks / --hidden: config key"),
              (["--graphs", "cora"], 3, "cora")]
     results = run_side_by_side([command("compare_dgl", *common, *args)
                                 for args, _, _ in cases], tmp_path)

@@ -344,10 +344,11 @@ def _log_header(run_dir, device, world, cfg, variants, loaded):
     if sampled:
         LOG.info(_minibatch_steps_line(sampled, device, world))
     dgl_sampled = [n for n, v in sampled.items() if v["sampling"]["sampler"] == "dgl"]
-    if dgl_sampled and torch.get_num_threads() > 1:
-        LOG.warning(f"{', '.join(dgl_sampled)}: DGL's sampler with {torch.get_num_threads()} "
-                    "threads draws other neighbours from run to run with the same seed; for "
-                    "repeatable runs use --threads 1 (or OMP_NUM_THREADS=1)")
+    threads = torch.get_num_threads()
+    if dgl_sampled and threads > 1:
+        LOG.warning(f"{', '.join(dgl_sampled)}: DGL's sampler with {threads} threads draws "
+                    "other neighbours from run to run with the same seed; for repeatable runs "
+                    "use --threads 1 (or OMP_NUM_THREADS=1)")
     for line in loaded:
         LOG.info(line)
 

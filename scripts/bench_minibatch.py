@@ -8,7 +8,7 @@ the epoch time it implies, and where the time goes (waiting for the sampler, fea
 and copying, compute), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
 The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.SAGEConv``
 with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
-of the package index). Processes are forked, one per GPU, and joined through NCCL (the
+of the package index). Processes are spawned, one per GPU, and joined through NCCL (the
 gradients averaged by DistributedDataParallel, or by the graphed step itself). Each step is
 the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``), with ``--cuda-graph`` as
 the trainer's ``sampling.cuda_graph``: where it is on (or auto, the default, for MaxK in one

@@ -61,6 +61,7 @@ from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E
 from dgl_maxk.models import MODELS, aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
+from dgl_maxk.training.checkpoint import signals_deferred  # noqa: E402
 from dgl_maxk.training.report import environment  # noqa: E402
 from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
                                          precision_scope)
@@ -417,25 +418,27 @@ def run(args, written=None):
                 torch.cuda.empty_cache()
     except KeyboardInterrupt:  # keep what was measured (run_command reports the Ctrl-C)
         if results:
-            write_outputs(out, env, args, results, interrupted=True)
-            if written is not None:
-                written.append(out / "compare.json")
+            write_outputs(out, env, args, results, interrupted=True, written=written)
         raise
-    write_outputs(out, env, args, results)
+    write_outputs(out, env, args, results, written=written)
 
 
-def write_outputs(out, env, args, results, interrupted=False):
+def write_outputs(out, env, args, results, interrupted=False, written=None):
     """compare.json, compare.md and compare.png (``interrupted``: the arms measured before a
-    Ctrl-C, said in both files)."""
+    Ctrl-C, said in both files), then compare.json appended to ``written``; a Ctrl-C or
+    SIGTERM meanwhile waits until all that is done."""
     table = markdown_table(results, args.precision)
     if interrupted:
         table = "Interrupted: the arms measured before Ctrl-C (or SIGTERM) only.\n\n" + table
     print("\n" + table)
-    (out / "compare.json").write_text(json.dumps(
-        {"environment": env, "args": vars(args), "interrupted": interrupted,
-         "results": results}, indent=2))
-    (out / "compare.md").write_text(table + "\n")
-    plot(results, out / "compare.png")
+    with signals_deferred():
+        (out / "compare.json").write_text(json.dumps(
+            {"environment": env, "args": vars(args), "interrupted": interrupted,
+             "results": results}, indent=2))
+        (out / "compare.md").write_text(table + "\n")
+        plot(results, out / "compare.png")
+        if written is not None:
+            written.append(out / "compare.json")
     print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
 
 

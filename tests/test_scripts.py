@@ -315,6 +315,34 @@ def test_compare_dgl_gives_every_arm_its_ratio_to_the_baseline_and_explains_the_
     assert "Above 100% of the limit" in compare.markdown_table(rows, "fp32")
 
 
+def test_compare_dgl_sigterm_while_writing_waits_for_the_files(tmp_path, monkeypatch, capsys):
+    """A SIGTERM that lands while compare_dgl writes its outputs takes effect once all three
+    are written and listed, so the run's last line points at whole files (status 143)."""
+    import json
+    import os
+    import signal
+    from dgl_maxk.cli import run_command
+    compare = load_script("compare_dgl")
+    args = compare.parse_args(["--graphs", "small", "--device", "cpu",
+                               "--out", str(tmp_path / "cmp")])
+    row = {"graph": "small", "model": "sage", "variant": "csr-relu", "epoch_ms": 5.0,
+           "peak_gib": None, "cuda_graph": False, "device": "cpu", "amdahl_limit": 1.5}
+
+    def plot_then_terminated(results, path):
+        os.kill(os.getpid(), signal.SIGTERM)
+        path.write_bytes(b"png")
+    monkeypatch.setattr(compare, "plot", plot_then_terminated)
+    written = []
+    (tmp_path / "cmp").mkdir()
+    status = run_command(lambda: compare.write_outputs(tmp_path / "cmp", {}, args, [row],
+                                                       written=written),
+                         lambda: f"interrupted; written: {written}")
+    assert status == 143 and written == [tmp_path / "cmp" / "compare.json"]
+    assert json.loads(written[0].read_text())["results"] == [row]
+    assert (tmp_path / "cmp" / "compare.png").read_bytes() == b"png"
+    assert "compare.json" in capsys.readouterr().err
+
+
 def test_reproduce_again_continues_its_runs(tmp_path):
     """The same command again resumes each run of the same config (nothing retrained, the
     same results); another config is a new run."""

@@ -77,10 +77,10 @@ def _install(k, layers) -> tuple:
 def _warn_bound_before(layers, stacklevel):
     stale = _bound_before(layers)
     if stale:
-        warnings.warn(f"dgl_maxk.install: {', '.join(stale)} still name DGL's own class (bound "
-                      "before install()), so code that builds layers through those names "
-                      "builds DGL's, without MaxK (harmless where a name only serves isinstance "
-                      "checks); call install() before importing that code, or build "
+        warnings.warn(f"dgl_maxk.install: DGL's own class is still bound to {', '.join(stale)} "
+                      "(bound before install()), so code that builds layers through those "
+                      "names builds DGL's, without MaxK (harmless where a name only serves "
+                      "isinstance checks); call install() before importing that code, or build "
                       "dgl_maxk.nn layers there", stacklevel=stacklevel)
 
 

@@ -47,8 +47,9 @@ from conftest import small_config
 
 REPO = Path(__file__).resolve().parents[1]
 THREAD_NAME = "dgl_maxk-sampler"
-#: DGL's own SAGEConv, whatever dgl_maxk.install may have put in dgl.nn.
-StockSAGEConv = dgl.nn.pytorch.conv.sageconv.SAGEConv
+#: DGL's module of its own SAGEConv, whatever dgl_maxk.install may have put in dgl.nn (the
+#: module, not the class, so that install has no module global of DGL's class to warn about)
+stock_sageconv = dgl.nn.pytorch.conv.sageconv
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="no CUDA GPU (the device sampler's GPU path)")
@@ -469,10 +470,10 @@ def test_layers_on_a_sampled_block_match_its_dgl_block(layer, k, weighted, out_f
 @pytest.mark.parametrize("aggregator", ["mean", "gcn"])
 def test_stock_dgl_sageconv_on_to_dgl_equals_dgl_maxk_on_the_sampled_block(aggregator,
                                                                           weighted, out_feats):
-    assert StockSAGEConv is not SAGEConv
+    assert stock_sageconv.SAGEConv is not SAGEConv
     block, as_dgl = sampled_pair(4)
     ours = SAGEConv(IN_FEATS, out_feats, aggregator, k=None).double()
-    stock = StockSAGEConv(IN_FEATS, out_feats, aggregator).double()
+    stock = stock_sageconv.SAGEConv(IN_FEATS, out_feats, aggregator).double()
     with torch.no_grad():
         for p in ours.parameters():
             p.add_(0.1 * torch.randn_like(p))

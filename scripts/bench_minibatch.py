@@ -19,7 +19,9 @@ under ``--precision`` (default tf32, the paper's setting). An epoch with fewer b
 
 The arguments are checked (through the trainer's config checks) before any process starts:
 bad ones give one line, ``error: ...``, and exit status 2. A process that fails stops the
-others and ends the benchmark with its error, after its traceback.
+others and ends the benchmark with its error, after its traceback. A Ctrl-C or SIGTERM stops
+the processes and writes the rows measured before it, marked ``"interrupted": true`` (exit
+status 130 or 143).
 
     python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
     python scripts/bench_minibatch.py --device cpu --gpus 1 --nodes 20000 --degree 10 \\
@@ -41,10 +43,12 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import Parser, check_out_dir, flag_error, positive_int  # noqa: E402
+from dgl_maxk.cli import (Parser, check_out_dir, flag_error, positive_int,  # noqa: E402
+                          run_command)
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
+from dgl_maxk.training.checkpoint import signals_deferred  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
 from dgl_maxk.sampling import DeviceGraph  # noqa: E402
 from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
@@ -271,8 +275,9 @@ def argument_problem(args) -> str | None:
     return None
 
 
-def run_world(ctx, world, args, first):
-    """Time every variant on ``world`` processes; one result row per variant."""
+def run_world(ctx, world, args, first, rows):
+    """Time every variant on ``world`` processes; one result row per variant, appended to
+    ``rows`` as it comes. A Ctrl-C or SIGTERM meanwhile stops the processes too."""
     # One share of the cores per process: DGL's sampler (OpenMP) in every process using
     # all cores oversubscribes them. Spawned processes inherit the variable.
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // world))
@@ -281,7 +286,21 @@ def run_world(ctx, world, args, first):
              for r in range(world)]
     for p in procs:
         p.start()
-    rows = []
+    try:
+        _collect(procs, queue, world, args, first, rows)
+    except KeyboardInterrupt:  # the workers must not outlive the parent
+        stop(procs)
+        raise
+    for p in procs:
+        p.join()
+    failed = next((rank for rank, p in enumerate(procs) if p.exitcode != 0), None)
+    if failed is not None:
+        raise SystemExit(f"error: process {failed} of {world} exited with status "
+                         f"{procs[failed].exitcode}")
+
+
+def _collect(procs, queue, world, args, first, rows):
+    """Rank 0's results as rows of ``rows``, each printed as it comes."""
     for stats in worker_results(procs, queue, len(arms(args)) * len(args.variants)):
         sampler, step, variant = stats["sampler"], stats["step"], stats["variant"]
         graph_mode = stats["cuda_graph"]
@@ -306,13 +325,6 @@ def run_world(ctx, world, args, first):
               + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
                  f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
               flush=True)
-    for p in procs:
-        p.join()
-    failed = next((rank for rank, p in enumerate(procs) if p.exitcode != 0), None)
-    if failed is not None:
-        raise SystemExit(f"error: process {failed} of {world} exited with status "
-                         f"{procs[failed].exitcode}")
-    return rows
 
 
 def worker_results(procs, queue, count):
@@ -390,24 +402,50 @@ def markdown_table(results, args) -> str:
     return "\n".join(lines)
 
 
-def main():
-    args = parse_args()
-    ctx = mp.get_context("spawn")
-    results = []
-    for world in args.gpus:
-        if args.device == "cuda" and world > torch.cuda.device_count():
-            print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
-            continue
-        results.extend(run_world(ctx, world, args, first=not results))
+def main(argv=None) -> int:
+    """0, or the trainer's exit status for the same failure; a Ctrl-C or SIGTERM writes the
+    rows measured before it (marked ``"interrupted": true``), then exits 130 or 143."""
+    args = parse_args(argv)
+    results, written = [], []
+
+    def bench():
+        ctx = mp.get_context("spawn")
+        try:
+            for world in args.gpus:
+                if args.device == "cuda" and world > torch.cuda.device_count():
+                    print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
+                    continue
+                run_world(ctx, world, args, not results, results)
+        except KeyboardInterrupt:
+            if results:
+                write_outputs(args, results, written, interrupted=True)
+            raise
+        write_outputs(args, results, written)
+        return 0
+
+    def interrupted():
+        return (f"interrupted; the rows measured before it are in {written[0]}" if written
+                else "interrupted before a variant was measured; nothing written")
+    return run_command(bench, interrupted)
+
+
+def write_outputs(args, results, written, interrupted=False):
+    """minibatch.json and minibatch.md, then the JSON's path appended to ``written``; a
+    Ctrl-C or SIGTERM meanwhile waits until both are whole."""
     table = markdown_table(results, args)
+    if interrupted:
+        table = "Interrupted: the rows measured before Ctrl-C (or SIGTERM) only.\n\n" + table
     print("\n" + table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     environment = envinfo.collect(torch.device(args.device))
-    (out / "minibatch.json").write_text(json.dumps(
-        {"environment": environment, "args": vars(args), "results": results}, indent=2))
-    (out / "minibatch.md").write_text(table + "\n")
+    with signals_deferred():
+        (out / "minibatch.json").write_text(json.dumps(
+            {"environment": environment, "args": vars(args), "interrupted": interrupted,
+             "results": results}, indent=2))
+        (out / "minibatch.md").write_text(table + "\n")
+        written.append(out / "minibatch.json")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,6 +6,7 @@ Each script starts in seconds (torch and DGL load): a test runs its cases side b
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -87,7 +88,7 @@ sys.argv = ["bench_minibatch.py", "--device", "cpu", "--gpus", "1", "--steps", "
             "--nodes", "2000"]
 args = bench_minibatch.parse_args()
 args.variants = ["maxk-kX"]
-bench_minibatch.run_world(mp.get_context("spawn"), 1, args, True)
+bench_minibatch.run_world(mp.get_context("spawn"), 1, args, True, [])
 """
 
 
@@ -98,6 +99,53 @@ def test_bench_minibatch_worker_failure_ends_the_run(tmp_path):
     assert result.returncode != 0
     assert "error: process 0 of 1 failed: ValueError" in result.stderr, result.stderr[-2000:]
     assert result.stderr.count("Traceback") == 1, result.stderr[-2000:]
+
+
+def test_bench_minibatch_sigterm_keeps_its_rows_and_stops_its_workers(tmp_path):
+    """SIGTERM (a scheduler's) after the first variant: the rows measured so far are written,
+    marked interrupted, the status is 143, and the worker is stopped with the parent, long
+    before the five variants it had left would end (the parent would wait for them)."""
+    import json
+    out = tmp_path / "out"
+    proc = subprocess.Popen(command("bench_minibatch", "--device", "cpu", "--gpus", "1",
+                                    "--nodes", "100000", "--degree", "8", "--batch-size",
+                                    "256", "--steps", "40", "--warmup", "1", "--out", out),
+                            cwd=REPO, env=script_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    workers = []
+    try:
+        for line in proc.stdout:
+            if "seeds/s" in line:  # the first row is in
+                break
+        workers = [pid for pid in _children(proc.pid) if "resource_tracker" not in
+                   Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        assert workers, "no worker process to watch"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+    finally:
+        for pid in [proc.pid] + [pid for pid in workers if _running(pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert "the rows measured before it are in" in stderr, stderr[-2000:]
+    saved = json.loads((out / "minibatch.json").read_text())
+    assert saved["interrupted"] and saved["results"]
+    assert (out / "minibatch.md").read_text().startswith("Interrupted")
+    assert not [pid for pid in workers if _running(pid)], "a worker outlived the benchmark"
+
+
+def _children(pid) -> list:
+    return [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                           text=True).stdout.split()]
+
+
+def _running(pid) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its reaper is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
 
 
 def test_reproduce_bad_input_is_one_line(tmp_path):
@@ -319,8 +367,6 @@ def test_compare_dgl_sigterm_while_writing_waits_for_the_files(tmp_path, monkeyp
     """A SIGTERM that lands while compare_dgl writes its outputs takes effect once all three
     are written and listed, so the run's last line points at whole files (status 143)."""
     import json
-    import os
-    import signal
     from dgl_maxk.cli import run_command
     compare = load_script("compare_dgl")
     args = compare.parse_args(["--graphs", "small", "--device", "cpu",

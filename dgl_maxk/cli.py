@@ -188,6 +188,19 @@ def flag_error(err: Exception, flags: dict) -> str:
     return f"argument {' / '.join(named)}: {message}" if named else message
 
 
+def measure_then_write(measure, results: list, write):
+    """``measure()``, which appends to ``results``, then ``write(interrupted=False)``; a
+    Ctrl-C, or a SIGTERM under :func:`run_command`, first has ``write(interrupted=True)``
+    keep the results measured before it (where there are any), then goes on."""
+    try:
+        measure()
+    except KeyboardInterrupt:
+        if results:
+            write(interrupted=True)
+        raise
+    write(interrupted=False)
+
+
 def run_command(command, on_sigint) -> int:
     """``command()``'s exit status, or a known failure's after its one line on stderr
     (:func:`known_failure`), or 130 (143) after ``on_sigint`` (a line, or a function that

@@ -108,7 +108,6 @@ def _bound_before(layers) -> list:
     return found
 
 
-
 def uninstall():
     """Put DGL's own layer classes back (a no-op when nothing is installed)."""
     for (namespace, name), cls in _originals.items():

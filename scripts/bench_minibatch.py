@@ -43,8 +43,8 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import (Parser, check_out_dir, flag_error, positive_int,  # noqa: E402
-                          run_command)
+from dgl_maxk.cli import (Parser, check_out_dir, flag_error,  # noqa: E402
+                          measure_then_write, positive_int, run_command)
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
@@ -408,19 +408,17 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     results, written = [], []
 
-    def bench():
+    def measure():
         ctx = mp.get_context("spawn")
-        try:
-            for world in args.gpus:
-                if args.device == "cuda" and world > torch.cuda.device_count():
-                    print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
-                    continue
-                run_world(ctx, world, args, not results, results)
-        except KeyboardInterrupt:
-            if results:
-                write_outputs(args, results, written, interrupted=True)
-            raise
-        write_outputs(args, results, written)
+        for world in args.gpus:
+            if args.device == "cuda" and world > torch.cuda.device_count():
+                print(f"skip {world} GPUs: only {torch.cuda.device_count()} visible")
+                continue
+            run_world(ctx, world, args, not results, results)
+
+    def bench():
+        measure_then_write(measure, results, lambda interrupted: write_outputs(
+            args, results, written, interrupted))
         return 0
 
     def interrupted():

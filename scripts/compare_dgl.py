@@ -56,7 +56,7 @@ import dgl_maxk  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
 from dgl_maxk.cli import (Parser, check_out_dir, device_argument, flag_error,  # noqa: E402
-                          positive_int, run_command)
+                          measure_then_write, positive_int, run_command)
 from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E402
 from dgl_maxk.models import MODELS, aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
@@ -408,7 +408,8 @@ def run(args, written=None):
           + ("" if dgl_device == device else " (this DGL has no CUDA)")
           + f"; precision {args.precision} for every arm")
     results = []
-    try:
+
+    def measure():
         for graph_name in args.graphs:
             case = load_case(graph_name, setup)
             for model_name in args.models:
@@ -416,11 +417,8 @@ def run(args, written=None):
             del case
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    except KeyboardInterrupt:  # keep what was measured (run_command reports the Ctrl-C)
-        if results:
-            write_outputs(out, env, args, results, interrupted=True, written=written)
-        raise
-    write_outputs(out, env, args, results, written=written)
+    measure_then_write(measure, results, lambda interrupted: write_outputs(
+        out, env, args, results, interrupted, written))
 
 
 def write_outputs(out, env, args, results, interrupted=False, written=None):

@@ -92,14 +92,12 @@ def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
 def raise_recorded_checks(pending: list):
     """Read the scans :func:`recorded_checks` recorded (one synchronisation) and raise the
     first NaN, with its position."""
-    if pending:
-        raise_recorded_flags(pending, recorded_flags(pending))
+    raise_recorded_flags(pending, recorded_flags(pending))
 
 
 def recorded_flags(pending: list):
     """The (NaN count, first position) of each scan in ``pending``, stacked on the first
-    scan's device (n x 2 int64; no synchronisation), or None without scans. Made inside a
-    CUDA graph's capture, each replay refreshes it."""
+    scan's device (n x 2 int64; no synchronisation), or None without scans."""
     if not pending:
         return None
     device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features

@@ -5,8 +5,8 @@ from torch.nn import functional as F
 
 from dgl_maxk import CBSR
 from dgl_maxk._dgl import dgl
-from dgl_maxk.models import (MODELS, MaxKGCN, MaxKGIN, MaxKSAGE, aligned_features,
-                             build_model)
+from dgl_maxk.models import (MODELS, MaxKGCN, MaxKGIN, MaxKSAGE, OutputLinear,
+                             aligned_features, aligned_width, build_model)
 from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
 
 
@@ -192,6 +192,40 @@ def test_model_initialisation_unchanged_by_input_linear():
     plain = torch.nn.Linear(602, 16)
     assert torch.equal(model.lin_in.weight, plain.weight)
     assert torch.equal(model.lin_in.bias, plain.bias)
+
+
+@pytest.mark.parametrize("out_feats", (1, 5, 8, 41))
+@pytest.mark.parametrize("bias", (True, False))
+def test_output_linear_is_nn_linear(out_feats, bias):
+    """lin_out (its GEMMs on an aligned width) draws nn.Linear's weights, keeps its state
+    dict, and gives its output and gradients, on 2-D and 3-D input."""
+    torch.manual_seed(5)
+    lin = OutputLinear(16, out_feats, bias=bias).double()
+    torch.manual_seed(5)
+    plain = torch.nn.Linear(16, out_feats, bias=bias).double()
+    assert lin.state_dict().keys() == plain.state_dict().keys()
+    for a, b in zip(lin.parameters(), plain.parameters()):
+        assert torch.equal(a, b)
+    for shape in ((37, 16), (3, 11, 16)):
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        outs = []
+        for layer in (lin, plain):
+            layer.zero_grad()
+            x.grad = None
+            out = layer(x)
+            weights = torch.randn(out.shape, dtype=torch.float64,
+                                  generator=torch.Generator().manual_seed(1))
+            (out * weights).sum().backward()
+            outs.append((out.detach(), x.grad.clone(),
+                         [p.grad.clone() for p in layer.parameters()]))
+        assert outs[0][0].shape == (*shape[:-1], out_feats)
+        assert torch.allclose(outs[0][0], outs[1][0])
+        assert torch.allclose(outs[0][1], outs[1][1])
+        for a, b in zip(outs[0][2], outs[1][2]):
+            assert torch.allclose(a, b)
+    # the GEMM ran on the aligned width: the output's rows lie that far apart
+    assert lin(torch.randn(4, 16, dtype=torch.float64)).stride(0) == aligned_width(out_feats)
+    assert isinstance(build_model("sage", 8, 16, out_feats, 1, k=4).lin_out, OutputLinear)
 
 
 @pytest.mark.parametrize("kwargs, match", [

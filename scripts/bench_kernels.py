@@ -33,6 +33,9 @@ floor (1.0 would be at the hardware limit). The L2 figure is what a streaming re
 random gathers of short rows reach less, so the L2 floors are optimistic. A second markdown
 table shows each kernel's time, floor and x floor.
 
+A Ctrl-C or SIGTERM prints and writes the graphs and k measured before it (the JSON marked
+``"interrupted": true``), then exits 130 or 143.
+
     python scripts/bench_kernels.py --out bench.json              # Reddit- and products-sized
     python scripts/bench_kernels.py --graphs tiny --reps 3 --device cpu   # smoke test, no GPU
 """
@@ -50,11 +53,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import Parser, positive_int  # noqa: E402
+from dgl_maxk.cli import Parser, measure_then_write, positive_int, run_command  # noqa: E402
 from dgl_maxk.backends import cuda, reference  # noqa: E402
 from dgl_maxk.backends.cuda import launch  # noqa: E402
 from dgl_maxk.data import power_law_csr  # noqa: E402
 from dgl_maxk.sparse import GraphPlan  # noqa: E402
+from dgl_maxk.training.checkpoint import signals_deferred  # noqa: E402
 
 # nodes, edges, max in-degree (Reddit's is about 51k; products' natural draw is ~13k)
 GRAPHS = {
@@ -315,14 +319,17 @@ def add_floors(r, n, e, d, k, dram_gbps, l2_gbps):
         r[f"{name}_of_floor"] = r[f"{name}_ms"] / r[f"{name}_floor_ms"]
 
 
-def bench_graph(gname, impl, ceilings, args, flush, device):
-    """One graph: build it, time cuSPARSE, then every k (and --tune); the graph's dict."""
+def bench_graph(gname, impl, ceilings, args, flush, device, graphs):
+    """One graph: build it, time cuSPARSE, then every k (and --tune); its dict joins
+    ``graphs`` once cuSPARSE is timed and takes each k as it is timed, so that a Ctrl-C
+    keeps what was measured."""
     g, plan, ev = build_graph(gname, args.seed, device)
     n, d = g["nodes"], args.d
     x_dense = torch.randn(n, d, device=device)
     dy = torch.randn(n, d, device=device)
     time_cusparse(g, plan, ev, x_dense, dy, 2 if args.tune_only else args.reps, args, flush,
                   device)
+    graphs.append(g)
     h = torch.randn(n, d, device=device)
     h_skewed = skewed_rows(n, d, device, args.seed)
     for k in ([] if args.tune_only else [int(k) for k in args.ks.split(",")]):
@@ -331,7 +338,6 @@ def bench_graph(gname, impl, ceilings, args, flush, device):
         g["k"][k] = r
     if args.tune and device.type == "cuda" and gname == args.graphs.split(",")[0]:
         g["tune"] = tune(plan, ev, h, dy, d, args, flush, device)
-    return g
 
 
 def print_speedup_table(result):
@@ -381,20 +387,28 @@ def print_floor_table(result):
             print(f"| {g['name']} | {k} | {cells} |")
 
 
-def write_json(result, path):
-    Path(path).write_text(json.dumps(result, indent=1))
-    print(f"\nwrote {path}")
+def write_outputs(result, args, written, interrupted=False):
+    """Both tables, then the JSON (--out, marked ``"interrupted"``: only the graphs and k
+    measured before a Ctrl-C or SIGTERM) with its path appended to ``written``; a Ctrl-C or
+    SIGTERM meanwhile waits until the file is whole."""
+    if interrupted:
+        print("\nInterrupted: the graphs and k measured before Ctrl-C (or SIGTERM) only.")
+    print_speedup_table(result)
+    print_floor_table(result)
+    if args.out:
+        with signals_deferred():
+            Path(args.out).write_text(json.dumps(dict(result, interrupted=interrupted),
+                                                 indent=1))
+            written.append(args.out)
+        print(f"\nwrote {args.out}")
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def measure(args, result):
+    """The two ceilings, then every graph into ``result["graphs"]``."""
     device = torch.device(args.device)
     gpu = device.type == "cuda"
     impl = cuda if gpu else reference
     flush = torch.empty(64 << 20, device=device) if gpu else None  # 256 MiB > L2
-    result = {"device": torch.cuda.get_device_name(device) if gpu else "cpu",
-              "torch": torch.__version__, "environment": envinfo.collect(device),
-              "d": args.d, "reps": args.reps, "graphs": []}
     reps = max(3, args.reps // 2)
     result["copy_GBps"] = copy_bandwidth(device, reps)
     result["l2_copy_GBps"] = l2_bandwidth(device, reps)
@@ -403,22 +417,42 @@ def main(argv=None):
     print(f"L2 read (16 MiB read 64 times by one kernel): {result['l2_copy_GBps']:.0f} GB/s",
           flush=True)
     for gname in args.graphs.split(","):
-        result["graphs"].append(bench_graph(gname, impl, (result["copy_GBps"],
-                                                          result["l2_copy_GBps"]),
-                                            args, flush, device))
+        bench_graph(gname, impl, (result["copy_GBps"], result["l2_copy_GBps"]), args, flush,
+                    device, result["graphs"])
         if gpu:  # the graph's tensors are gone with bench_graph's frame; return their memory
             torch.cuda.empty_cache()
-    print_speedup_table(result)
-    print_floor_table(result)
-    if args.out:
-        write_json(result, args.out)
-    return result
+
+
+def main(argv=None) -> int:
+    """0; a Ctrl-C or SIGTERM prints and writes (--out) what was measured before it, marked
+    ``"interrupted": true``, then exits 130 or 143."""
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    gpu = device.type == "cuda"
+    result = {"device": torch.cuda.get_device_name(device) if gpu else "cpu",
+              "torch": torch.__version__, "environment": envinfo.collect(device),
+              "d": args.d, "reps": args.reps, "graphs": []}
+    written = []
+
+    def bench():
+        measure_then_write(lambda: measure(args, result), result["graphs"],
+                           lambda interrupted: write_outputs(result, args, written,
+                                                             interrupted))
+        return 0
+
+    def interrupted():
+        if written:
+            return f"interrupted; what was measured before it is in {written[0]}"
+        if result["graphs"]:
+            return "interrupted; what was measured before it is printed above (no --out)"
+        return "interrupted before a graph was measured; nothing written"
+    return run_command(bench, interrupted)
 
 
 FWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5", {"minb": 5}), ("minb5-u4", {"minb": 5, "u": 4}),
-                ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv4", {"minb": 4, "qv": 1}),
-                ("minb5-qv4", {"minb": 5, "qv": 1}), ("gather-only", {"noacc": 1})]
+                ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv1", {"minb": 4, "qv": 0}),
+                ("minb5-qv1", {"minb": 5, "qv": 0}), ("gather-only", {"noacc": 1})]
 BWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5", {"minb": 5}), ("slices1", {"slices": 1}), ("slices2", {"slices": 2}),
                 ("slices4", {"slices": 4}), ("minb5-u2", {"minb": 5, "u": 2})]
@@ -477,4 +511,4 @@ def tune(plan, ev, h, dy, d, args, flush, device):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -238,6 +238,39 @@ def test_bench_kernels_bad_input_is_one_line(tmp_path):
         assert_error_line(result, 2, word)
 
 
+def test_bench_kernels_sigterm_keeps_what_it_measured(tmp_path):
+    """SIGTERM while the second graph is timed: the first graph's rows are printed and
+    written, marked interrupted, and the status is 143 (the process used to die with
+    nothing written)."""
+    import json
+    out = tmp_path / "kernels.json"
+    proc = subprocess.Popen(command("bench_kernels", "--device", "cpu", "--graphs",
+                                    "tiny,200000:4000000", "--ks", "8,16", "--reps", "3",
+                                    "--out", out),
+                            cwd=REPO, env=script_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("200000:"):  # the first graph is done, the second built
+                break
+        proc.send_signal(signal.SIGTERM)
+        rest, stderr = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    assert proc.returncode == 143, stderr[-2000:]
+    assert f"interrupted; what was measured before it is in {out}" in stderr, stderr[-2000:]
+    assert "Interrupted: the graphs and k measured" in rest
+    assert "| tiny | 16 |" in rest  # the tables are printed
+    saved = json.loads(out.read_text())
+    assert saved["interrupted"]
+    first = saved["graphs"][0]
+    assert first["name"] == "tiny" and sorted(first["k"]) == ["16", "8"]
+    assert all(set(first["k"][k]) >= {"fwd_ms", "bwd_ms", "fwd_of_floor"} for k in first["k"])
+
+
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

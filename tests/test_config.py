@@ -174,8 +174,15 @@ def test_overrides_short_and_dotted_keys():
     assert cfg["model"]["k"] == 8 and cfg["model"]["layers"] == 3
     assert cfg["train"]["lr"] == pytest.approx(1e-3)
     assert cfg["dataset"]["params"]["seed"] == 4 and cfg["train"]["seeds"] == [1, 2]
-    with pytest.raises(ConfigError, match=r"unknown config key 'kk' \(.*dataset\.params\.kk\)"):
-        C.apply_overrides(cfg, ["kk=3"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'hiden' \(did you mean 'hidden'"):
+        C.apply_overrides(cfg, ["hiden=3"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'mean_degree' \(a parameter of "
+                                          r"the datasets planted, powerlaw: dataset\.params\."
+                                          r"mean_degree\)"):
+        C.apply_overrides(cfg, ["mean_degree=3"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'zzzz' \(short keys: .*\bk\b.*"
+                                          r"or a dotted key"):
+        C.apply_overrides(cfg, ["zzzz=3"])
     with pytest.raises(ConfigError, match="key=value"):
         C.apply_overrides(cfg, ["k16"])
     with pytest.raises(ConfigError, match="no section 'trian'"):

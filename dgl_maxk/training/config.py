@@ -23,6 +23,7 @@ by its short name (``k=16``); values are YAML.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
@@ -31,7 +32,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
                       field_validator, model_validator)
 
-from ..data import canonical_name, check_params, dataset_names
+from ..data import DATASETS, canonical_name, check_params, dataset_names
 from ..models import MODELS
 from ..sampling.sampler import FANOUTS_RULE, check_fanouts
 from ..sparse import MAX_WIDTH
@@ -314,6 +315,21 @@ def parse_seeds(text: str):
     return seeds
 
 
+def _unknown_short_key(key: str) -> ConfigError:
+    """The error for a short key that names no config key: where a dataset parameter of that
+    name goes, else the short keys nearest to it (a typo's), else all of them."""
+    takers = sorted(name for name, spec in DATASETS.items() if key in spec.params)
+    if takers:
+        return ConfigError(f"unknown config key '{key}' (a parameter of the dataset"
+                           f"{'s' if len(takers) > 1 else ''} {', '.join(takers)}: "
+                           f"dataset.params.{key})")
+    known = sorted(set(_short_keys()) | set(ExperimentConfig.model_fields) - set(_SECTIONS))
+    near = difflib.get_close_matches(key, known, n=3)
+    hint = (f"did you mean {' or '.join(repr(k) for k in near)}?" if near
+            else f"short keys: {', '.join(known)}; or a dotted key such as model.k")
+    return ConfigError(f"unknown config key '{key}' ({hint})")
+
+
 def resolve_key(key: str) -> str:
     """A dotted key, or a short one ('k', 'hidden', 'lr') when it names one key only."""
     parts = key.split(".")
@@ -325,8 +341,7 @@ def resolve_key(key: str) -> str:
             return matches[0]
         if len(matches) > 1:
             raise ConfigError(f"config key '{key}' is ambiguous: use one of {matches}")
-        raise ConfigError(f"unknown config key '{key}' (a generated dataset's parameter is "
-                          f"dataset.params.{key})")
+        raise _unknown_short_key(key)
     section = parts[0]
     if section not in _SECTIONS:
         raise ConfigError(f"unknown config key '{key}' (no section '{section}'; sections: "

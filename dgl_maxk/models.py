@@ -45,8 +45,8 @@ class InputLinear(nn.Linear):
 
     Why: rows of, say, 602 fp32 features are not 16-byte aligned, so cuBLAS runs its
     slowest GEMM kernels on them; in a Reddit-sized MaxK epoch on an H200 that padding took
-    1 ms off 27. Without ``padded_input`` any other width is torch's shape error, as for
-    ``nn.Linear``. The bias gradient is a matrix-vector product (:func:`dgl_maxk.ops.linear`).
+    1 ms off 27. Any other width is a ValueError naming the widths it takes. The bias
+    gradient is a matrix-vector product (:func:`dgl_maxk.ops.linear`).
     """
 
     def __init__(self, in_features, out_features, bias=True, *, padded_input=False, **kw):
@@ -57,9 +57,14 @@ class InputLinear(nn.Linear):
         return super().extra_repr() + (", padded_input=True" if self.padded_input else "")
 
     def forward(self, x):
-        weight, extra = self.weight, x.shape[-1] - self.in_features
-        if self.padded_input and extra > 0 and x.shape[-1] == aligned_width(self.in_features):
-            weight = F.pad(weight, (0, extra))
+        width, padded = x.shape[-1], aligned_width(self.in_features)
+        if width != self.in_features and not (self.padded_input and width == padded):
+            also = (f" (or {padded}: padded by aligned_features)"
+                    if self.padded_input and padded != self.in_features else "")
+            raise ValueError(f"features have width {width} but the model's lin_in expects "
+                             f"{self.in_features}{also}")
+        weight = self.weight if width == self.in_features else F.pad(
+            self.weight, (0, width - self.in_features))
         return linear(x, weight, self.bias)
 
 

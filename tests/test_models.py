@@ -152,8 +152,8 @@ def test_model_structure():
 def test_models_give_the_same_output_on_aligned_features(in_feats):
     """aligned_features pads to a multiple of 8 columns (only where needed); every model
     built with padded_input computes the same output and gradients from the padded features
-    as from the raw ones; lin_in keeps nn.Linear's state dict, and other widths get torch's
-    shape error, the padded width too without padded_input."""
+    as from the raw ones; lin_in keeps nn.Linear's state dict, and other widths get an error
+    naming the widths it takes, the padded width too without padded_input."""
     g, feat, labels = planted_partition(in_feats=in_feats)
     feat = feat.double()
     padded = aligned_features(feat)
@@ -175,12 +175,15 @@ def test_models_give_the_same_output_on_aligned_features(in_feats):
         assert torch.allclose(outs[0][0], outs[1][0])
         for a, b in zip(outs[0][1], outs[1][1]):
             assert torch.allclose(a, b)
-        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        also = "" if in_feats == 8 else r" \(or 8: padded by aligned_features\)"
+        with pytest.raises(ValueError, match=f"features have width 9 but the model's lin_in "
+                                             f"expects {in_feats}{also}$"):
             model(g, torch.randn(feat.shape[0], 9, dtype=torch.float64))
     strict = build_model("sage", in_feats, 16, 3, 2, k=4).double()
     strict(g, feat)
     if in_feats != 8:
-        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        with pytest.raises(ValueError, match=f"width 8 but the model's lin_in expects "
+                                             f"{in_feats}$"):
             strict(g, padded)
 
 

@@ -286,6 +286,21 @@ def test_gin_takes_one_dimensional_features_as_dgl(agg, apply_func, h):
                  named_params(ours), x, f"GIN {agg} on 1-D features")
 
 
+@pytest.mark.parametrize("agg", ("sum", "mean"))
+def test_gin_one_dimensional_features_with_k(agg, h):
+    """k = 1 keeps 1-D features' one column (the layer's output as with k=None); a larger
+    k says the features are 1-D, not only that k exceeds width 1."""
+    g = graph_with_empty_rows(h)
+    x = torch.randn(g.num_nodes(), dtype=torch.float64)
+    torch.manual_seed(0)
+    with_k = GINConv(None, agg, k=1)
+    torch.manual_seed(0)
+    plain = GINConv(None, agg)
+    assert torch.allclose(with_k(g, x), plain(g, x))
+    with pytest.raises(ValueError, match=r"k = 2 exceeds the input width: 1-D features"):
+        GINConv(None, agg, k=2)(g, x)
+
+
 @pytest.mark.parametrize("agg", ("sum", "mean", "max"))
 def test_gin_parity_pair_and_state_dict_from_ours(agg, h):
     g = h.make_graph("bipartite")

@@ -97,6 +97,9 @@ class GINConv(dgl.nn.GINConv):
         k = self.k
         if self._k_installed and k is not None and not installed_k_applies(k, [_width(feat)]):
             k = None
+        if vector and k is not None and k > 1:
+            raise ValueError(f"k = {k} exceeds the input width: 1-D features are one column "
+                             "each (k must be 1 or None)")
         src, dst, plan = split_features(graph, feat, k)
         norm = "right" if self._aggregator_type == "mean" else "none"
         neigh = aggregate(plan, src, edge_weight, norm, check_nan=False)

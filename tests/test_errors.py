@@ -70,7 +70,11 @@ def test_layer_bad_k_at_construction(k):
 def test_layer_k_above_width():
     raises(ValueError, r"k = 7.*in_feats = 6", lambda: SAGEConv(6, 4, "mean", k=7))
     raises(ValueError, r"k = 7.*in_feats = 6", lambda: GraphConv(6, 4, k=7))
-    # GINConv does not know its input width before forward: k is checked against the data
+    # GINConv knows its input width before forward only from a Linear apply_func; else k is
+    # checked against the data
+    raises(ValueError, r"k = 7.*apply_func\.in_features = 6",
+           lambda: GINConv(torch.nn.Linear(6, 4), "sum", k=7))
+    GINConv(torch.nn.Linear(6, 4), "sum", k=6)
     g = dgl.add_self_loop(dgl.rand_graph(5, 10))
     raises(ValueError, r"k.*\[1, d = 6\]", lambda: GINConv(None, "sum", k=7)(g, torch.randn(5, 6)))
 

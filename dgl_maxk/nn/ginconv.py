@@ -5,7 +5,7 @@ import torch
 
 from .._dgl import dgl
 from ..ops import aggregate
-from ..sparse import CBSR
+from ..sparse import CBSR, check_k
 from ._inputs import (INSTALLED_K, check_dgl_path, dense, installed_k_applies, resolve_k,
                       split_features)
 
@@ -68,6 +68,10 @@ class GINConv(dgl.nn.GINConv):
         # it leaves the layer dense there (as the other layers do at build)
         self._k_installed = k is INSTALLED_K
         self.k = resolve_k("GINConv", k)
+        if not self._k_installed and self.k is not None and isinstance(apply_func,
+                                                                         torch.nn.Linear):
+            # the features are as wide as the Linear's input: say a k too large now
+            check_k(self.k, apply_func.in_features, "apply_func.in_features")
         self._init_eps = float(init_eps)
 
     def reset_parameters(self):

@@ -403,9 +403,8 @@ def write_outputs(result, args, written, interrupted=False):
         print(f"\nwrote {args.out}")
 
 
-def measure(args, result):
+def measure(args, result, device):
     """The two ceilings, then every graph into ``result["graphs"]``."""
-    device = torch.device(args.device)
     gpu = device.type == "cuda"
     impl = cuda if gpu else reference
     flush = torch.empty(64 << 20, device=device) if gpu else None  # 256 MiB > L2
@@ -435,7 +434,7 @@ def main(argv=None) -> int:
     written = []
 
     def bench():
-        measure_then_write(lambda: measure(args, result), result["graphs"],
+        measure_then_write(lambda: measure(args, result, device), result["graphs"],
                            lambda interrupted: write_outputs(result, args, written,
                                                              interrupted))
         return 0

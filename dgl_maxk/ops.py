@@ -263,25 +263,33 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None,
 
 
 class _CBSRSpGEMM(torch.autograd.Function):
+    """Y = A X with A's values either ``edge_values`` (one per edge) or, where they are
+    None, ``src_scale[c] * row_scale[r]`` (each None: 1): the source scale is applied to X's
+    values, the row scale by the kernels once per row."""
+
     @staticmethod
-    def forward(ctx, plan, edge_values, x_values, x_indices, d):
+    def forward(ctx, plan, edge_values, src_scale, row_scale, x_values, x_indices, d):
         ctx.plan = plan
-        ctx.save_for_backward(edge_values, x_values, x_indices)
-        y = backends.for_tensor(x_values).cbsr_spgemm(plan, edge_values, x_values, x_indices, d)
+        ctx.save_for_backward(edge_values, src_scale, row_scale, x_values, x_indices)
+        values = x_values if src_scale is None else x_values * src_scale[:, None]
+        y = backends.for_tensor(x_values).cbsr_spgemm(plan, edge_values, values, x_indices, d,
+                                                      row_scale)
         return y.to(x_values.dtype)
 
     @staticmethod
     def backward(ctx, grad_y):
-        edge_values, x_values, x_indices = ctx.saved_tensors
+        edge_values, src_scale, row_scale, x_values, x_indices = ctx.saved_tensors
         backend, grad_y = backends.for_tensor(grad_y), grad_y.contiguous()
         grad_edges = grad_x = None
         if ctx.needs_input_grad[1]:
             grad_edges = backend.cbsr_sddmm(ctx.plan, grad_y, x_values, x_indices)
             grad_edges = grad_edges.to(edge_values.dtype)
-        if ctx.needs_input_grad[2]:
-            grad_x = backend.cbsr_sspmm(ctx.plan, edge_values, grad_y, x_indices)
+        if ctx.needs_input_grad[4]:
+            grad_x = backend.cbsr_sspmm(ctx.plan, edge_values, grad_y, x_indices, row_scale)
+            if src_scale is not None:
+                grad_x = grad_x * src_scale[:, None]
             grad_x = grad_x.to(x_values.dtype)
-        return None, grad_edges, grad_x, None, None
+        return None, grad_edges, None, None, grad_x, None, None
 
 
 class _SpMM(torch.autograd.Function):
@@ -320,7 +328,8 @@ def check_edge_weight(edge_weight, num_edges: int, device):
                        f"got shape {tuple(edge_weight.shape)}")
 
 
-def _plan_and_edges(graph, x, num_src, norm, edge_weight):
+def _checked_plan(graph, x, num_src, edge_weight):
+    """The plan of ``graph`` on ``x``'s device, checked against the features and weights."""
     plan = graph if isinstance(graph, GraphPlan) else graph_plan(graph, x.device)
     if plan.device != x.device:
         raise DGLError(f"the graph plan is on {plan.device} but the features are on "
@@ -329,8 +338,12 @@ def _plan_and_edges(graph, x, num_src, norm, edge_weight):
         raise ValueError(f"features have {num_src} rows but the graph has {plan.num_src} "
                          "source nodes")
     check_edge_weight(edge_weight, plan.num_edges, x.device)
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return plan, plan.edge_values(norm, edge_weight, dtype)
+    return plan
+
+
+def _scale_dtype(x):
+    """The dtype of A's values for features ``x``: float64 for float64, else fp32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
@@ -358,8 +371,14 @@ def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
     if not isinstance(x, CBSR):
         raise ValueError(f"cbsr_spgemm takes CBSR features, got {type(x).__name__}")
     check_features("CBSR values", x.values, nan=check_nan)
-    plan, edge_values = _plan_and_edges(graph, x.values, x.shape[0], norm, edge_weight)
-    return _CBSRSpGEMM.apply(plan, edge_values, x.values, x.indices, x.d)
+    plan = _checked_plan(graph, x.values, x.shape[0], edge_weight)
+    dtype = _scale_dtype(x.values)
+    if edge_weight is None:  # A's values are node scales: no per-edge values to read
+        return _CBSRSpGEMM.apply(plan, None, plan.node_scale(norm, "src", dtype),
+                                 plan.node_scale(norm, "dst", dtype), x.values, x.indices,
+                                 x.d)
+    return _CBSRSpGEMM.apply(plan, plan.edge_values(norm, edge_weight, dtype), None, None,
+                             x.values, x.indices, x.d)
 
 
 def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
@@ -373,7 +392,8 @@ def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
     check_features("features", x, nan=check_nan)
     if x.dim() == 0:
         raise ValueError("features must have one row per source node, got a 0-d tensor")
-    plan, edge_values = _plan_and_edges(graph, x, x.shape[0], norm, edge_weight)
+    plan = _checked_plan(graph, x, x.shape[0], edge_weight)
+    edge_values = plan.edge_values(norm, edge_weight, _scale_dtype(x))
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))  # also for 0 rows
     out = _SpMM.apply(plan, edge_values, flat)
     return out.reshape((plan.num_dst,) + tuple(x.shape[1:]))

@@ -91,7 +91,8 @@ __device__ __forceinline__ void flush_row(const float* buf, float* yrow, int d, 
 }
 
 EDGE_GROUP_KERNEL
-cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val, const val_t* __restrict__ xv,
+cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
+            const float* __restrict__ row_scale, const val_t* __restrict__ xv,
             const idx_t* __restrict__ xi, float* __restrict__ y, long long num_groups, int k,
             int d) {
     const LanePlace p;
@@ -106,7 +107,9 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val, const val_t* __
         __syncwarp();
         const int rowf = group_row[g];
         const long long row = rowf & 0x7fffffff;
-        for_each_edge_batch<true>(col_idx, edge_val, group_start[g], group_start[g + 1], p,
+        // without edge values each edge's value is the row's scale
+        for_each_edge_batch<true>(col_idx, edge_val, row_scale_of(row_scale, row),
+                                  group_start[g], group_start[g + 1], p,
                                   [&](const int (&cc)[P_U], const float (&aa)[P_U],
                                       const bool (&ok)[P_U], const int (&)[P_U], long long) {
             float v[P_U][P_T][P_QV];

@@ -8,15 +8,24 @@
 // Edge groups: group g covers CSR entries [group_start[g], group_start[g+1]) of destination
 // row group_row[g] & 0x7fffffff; the top bit of group_row[g] is set when the row spans several
 // groups. (The SSpMM takes each group's end as well: its walk by source slices lists groups
-// out of CSR order.) Persistent warps take groups g, g + (all warps), ... (uniform per warp; no
-// block-wide barrier anywhere). A warp is split into P_S = 32 / P_L sub-groups of P_L lanes;
+// out of CSR order.) Persistent warps take groups g, g + (all warps), ... (uniform per warp;
+// no block-wide barrier anywhere). A warp is split into P_S = 32 / P_L sub-groups of P_L lanes;
 // sub-group s takes edges s, s + P_S, ... of each batch of 32 edges, P_U of them in flight.
+//
+// Edge values: one per CSR entry (P_EDGE_VALUES), or none: each edge of a group then has
+// the same value, its destination row's scale (row_scale, nullable: 1), which the forward
+// passes to the batch walk and the backward applies to its staged dY row. A mean's
+// 1 / in-degree or a GCN's in-degree^-1/2 repeated per entry cost the loads and shuffles
+// of E values: 6% of the forward at k = 8, 5% of the backward at k = 8 and 3% at k = 32
+// (H200, Reddit-sized). (The forward scaling its sums as it flushes a row instead was 7-18%
+// slower at k = 32 and 64: the compiler laid out its inner loop worse.)
 //
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
 // P_U edges in flight per sub-group, P_QV entries per lane per load (1 or 4: launch.py's
 // spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
 // SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 uint16),
-// P_PREFETCH (staged rows copied one group ahead; P_D4 only).
+// P_PREFETCH (staged rows copied one group ahead; P_D4 only), P_EDGE_VALUES (1: the
+// edges' values are read; 0: each edge counts 1).
 
 #ifndef P_D4
 #define P_D4 1
@@ -44,6 +53,9 @@
 #endif
 #ifndef P_PREFETCH
 #define P_PREFETCH 0
+#endif
+#ifndef P_EDGE_VALUES
+#define P_EDGE_VALUES 1
 #endif
 
 #define P_S (32 / P_L)
@@ -108,14 +120,32 @@ __device__ __forceinline__ void load_values(const val_t* pv, float (&v)[P_QV]) {
 #endif
 }
 
-// Copy row (d floats) into the warp's shared-memory buffer.
-__device__ __forceinline__ void stage_row(float* buf, const float* row, int d, int lane) {
+// Copy row (d floats) times scale into the warp's shared-memory buffer.
+__device__ __forceinline__ void stage_row(float* buf, const float* row, int d, int lane,
+                                          float scale) {
 #if P_D4
-    for (int c = lane * 4; c < d; c += 128)
-        *reinterpret_cast<float4*>(buf + c) = *reinterpret_cast<const float4*>(row + c);
+    for (int c = lane * 4; c < d; c += 128) {
+        float4 v = *reinterpret_cast<const float4*>(row + c);
+        v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
+        *reinterpret_cast<float4*>(buf + c) = v;
+    }
 #else
-    for (int c = lane; c < d; c += 32) buf[c] = row[c];
+    for (int c = lane; c < d; c += 32) buf[c] = row[c] * scale;
 #endif
+}
+
+// Multiply a staged row (d floats, P_D4) by scale in place.
+__device__ __forceinline__ void scale_row(float* buf, int d, int lane, float scale) {
+    for (int c = lane * 4; c < d; c += 128) {
+        float4 v = *reinterpret_cast<const float4*>(buf + c);
+        v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
+        *reinterpret_cast<float4*>(buf + c) = v;
+    }
+}
+
+// The scale of destination row `row`: row_scale[row], or 1 without row scales.
+__device__ __forceinline__ float row_scale_of(const float* __restrict__ row_scale, long long row) {
+    return row_scale != nullptr ? row_scale[row] : 1.f;
 }
 
 // Copy row (d floats, 16-byte aligned, d % 4 == 0) into buf asynchronously (cp.async, sm_80+):
@@ -128,7 +158,7 @@ __device__ __forceinline__ void stage_row_async(float* buf, const float* row, in
                      : "memory");
     }
 #else
-    stage_row(buf, row, d, lane);
+    stage_row(buf, row, d, lane, 1.f);
 #endif
 }
 
@@ -176,14 +206,17 @@ __device__ __forceinline__ void for_each_group(long long num_groups, int warp, O
 }
 
 // on_group(g, row) for each edge group of this warp, with row = the group's destination row of
-// `rows` (d floats) staged in the warp's shared memory (buf: 2 d floats with P_PREFETCH, else
-// d). P_PREFETCH (P_D4 rows only): the next group's row is copied in (cp.async) while this
-// group's edges are walked, hiding the row's load where groups are short.
+// `rows` (d floats) times its row scale (row_scale: nullable) staged in the warp's shared
+// memory (buf: 2 d floats with P_PREFETCH, else d). P_PREFETCH (P_D4 rows only): the next
+// group's row is copied in (cp.async) while this group's edges are walked, hiding the row's
+// load where groups are short; the copies cannot scale, so a scaled row is multiplied in
+// place once it has landed.
 template <class OnGroup>
 __device__ __forceinline__ void for_each_group_staged(long long num_groups, const LanePlace& p,
                                                       float* buf, const float* rows,
-                                                      const int* __restrict__ group_row, int d,
-                                                      OnGroup on_group) {
+                                                      const int* __restrict__ group_row,
+                                                      const float* __restrict__ row_scale,
+                                                      int d, OnGroup on_group) {
 #if P_PREFETCH
     const long long stride = (long long)gridDim.x * WARPS;
     long long g = (long long)blockIdx.x * WARPS + p.warp;
@@ -197,6 +230,8 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
                             p.lane);
         cp_async_commit();
         cp_async_wait<1>();  // this group's row has landed (the next one may still fly)
+        if (row_scale != nullptr)  // each lane scales the vectors it copied
+            scale_row(buf + half * d, d, p.lane, row_scale[group_row[g] & 0x7fffffff]);
         __syncwarp();
         on_group(g, buf + half * d);
         __syncwarp();  // this row is read before the next group's copy overwrites it
@@ -205,7 +240,8 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
 #else
     for_each_group(num_groups, p.warp, [&](long long g) {
         __syncwarp();  // the previous group's reads of buf are done
-        stage_row(buf, rows + (long long)(group_row[g] & 0x7fffffff) * d, d, p.lane);
+        const long long row = group_row[g] & 0x7fffffff;
+        stage_row(buf, rows + row * d, d, p.lane, row_scale_of(row_scale, row));
         __syncwarp();
         on_group(g, buf);
     });
@@ -217,28 +253,30 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
 // that walk the groups with their destination row of `rows` staged.
 template <class OnGroup>
 __device__ __forceinline__ void for_each_staged_group(long long num_groups, const float* rows,
-                                                      const int* __restrict__ group_row, int d,
-                                                      OnGroup on_group) {
+                                                      const int* __restrict__ group_row,
+                                                      const float* __restrict__ row_scale,
+                                                      int d, OnGroup on_group) {
     const LanePlace p;
     float* smem = warp_smem(p.warp, (1 + P_PREFETCH) * d);
-    for_each_group_staged(num_groups, p, smem, rows, group_row, d,
+    for_each_group_staged(num_groups, p, smem, rows, group_row, row_scale, d,
                           [&](long long g, const float* row) { on_group(p, g, row); });
 }
 
 // One batch of edges for a sub-group: P_U edges (slot u: column col[u], edge value val[u],
 // position le[u] in the current block of 32 edges starting at CSR entry eb; ok[u] false past
-// the group's end). kValues: whether the edge values are loaded (val[] is 0 otherwise).
+// the group's end). kValues: whether the kernel uses edge values: read where P_EDGE_VALUES,
+// else `unit` each (val[] is 0 without kValues).
 template <bool kValues, class OnBatch>
 __device__ __forceinline__ void for_each_edge_batch(const int* __restrict__ col_idx,
                                                     const float* __restrict__ edge_val,
-                                                    long long e0, long long e1,
+                                                    float unit, long long e0, long long e1,
                                                     const LanePlace& p, OnBatch on_batch) {
     // The next 32 (column, value) pairs are loaded while this batch is gathered.
     int col_next = 0;
     float a_next = 0.f;
     if (e0 + p.lane < e1) {
         col_next = col_idx[e0 + p.lane];
-        if (kValues) a_next = edge_val[e0 + p.lane];
+        if (kValues && P_EDGE_VALUES) a_next = edge_val[e0 + p.lane];
     }
     for (long long eb = e0; eb < e1; eb += 32) {
         const int n = (int)min(32LL, e1 - eb);
@@ -246,7 +284,7 @@ __device__ __forceinline__ void for_each_edge_batch(const int* __restrict__ col_
         const float a = a_next;
         if (eb + 32 + p.lane < e1) {
             col_next = col_idx[eb + 32 + p.lane];
-            if (kValues) a_next = edge_val[eb + 32 + p.lane];
+            if (kValues && P_EDGE_VALUES) a_next = edge_val[eb + 32 + p.lane];
         }
         for (int t0 = 0; t0 < n; t0 += P_S * P_U) {  // uniform trip count over the warp
             int cc[P_U], le[P_U];
@@ -256,7 +294,8 @@ __device__ __forceinline__ void for_each_edge_batch(const int* __restrict__ col_
             for (int u = 0; u < P_U; ++u) {
                 le[u] = t0 + u * P_S + p.sub;
                 cc[u] = __shfl_sync(FULL_MASK, col, le[u] & 31);
-                aa[u] = kValues ? __shfl_sync(FULL_MASK, a, le[u] & 31) : 0.f;
+                aa[u] = !kValues ? 0.f
+                        : P_EDGE_VALUES ? __shfl_sync(FULL_MASK, a, le[u] & 31) : unit;
                 ok[u] = le[u] < n;
             }
             on_batch(cc, aa, ok, le, eb);

@@ -7,6 +7,9 @@ For each graph (power-law, dgl_maxk.data.power_law_csr) and each k:
 * backward ``cbsr_sspmm`` (A^T dY sampled at X)      vs cuSPARSE A^T dY (transposed CSR);
 * top-k    ``maxk_cbsr``  (dense -> CBSR)             vs ``torch.topk``;
 * (also ``cbsr_sddmm``, the edge-weight gradient, for information);
+* the mean aggregation as the layers run it: A's values are each row's 1 / in-degree, given
+  once per row (``row_scale``); the forward and backward again with one value per edge, as
+  with edge weights (``fwd_edge_values_ms``, ``bwd_edge_values_ms``), for information;
 * the forward again with the CBSR values in bf16 (fp32 accumulation), against fp32 values;
 * the forward again on rows whose kept columns are skewed, as trained layers' are (a few
   columns kept by most rows: up to 30x the mean share on the Reddit-sized SAGE model), where
@@ -249,25 +252,31 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device, h_skewed):
     r["topk_ms"] = timer(lambda: impl.maxk_cbsr(h, k), args.reps, args.warmup, flush, device)
     r["torch_topk_ms"] = timer(lambda: torch.topk(h, k, dim=1), args.reps, args.warmup,
                                flush, device)
-    r["fwd_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
+    rs = plan.node_scale("right", "dst", torch.float32)  # the mean, as the layers run it
+    r["fwd_ms"] = timer(lambda: impl.cbsr_spgemm(plan, None, xv, xi, d, rs), args.reps,
                         args.warmup, flush, device)
-    r["bwd_ms"] = timer(lambda: impl.cbsr_sspmm(plan, ev, dy, xi), args.reps, args.warmup,
-                        flush, device)
+    r["bwd_ms"] = timer(lambda: impl.cbsr_sspmm(plan, None, dy, xi, rs), args.reps,
+                        args.warmup, flush, device)
+    r["fwd_edge_values_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
+                                    args.warmup, flush, device)
+    r["bwd_edge_values_ms"] = timer(lambda: impl.cbsr_sspmm(plan, ev, dy, xi), args.reps,
+                                    args.warmup, flush, device)
     r["sddmm_ms"] = timer(lambda: impl.cbsr_sddmm(plan, dy, xv, xi), args.reps, args.warmup,
                           flush, device)
     xv_bf16 = xv.to(torch.bfloat16)
-    r["fwd_bf16_values_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, xv_bf16, xi, d),
+    r["fwd_bf16_values_ms"] = timer(lambda: impl.cbsr_spgemm(plan, None, xv_bf16, xi, d, rs),
                                     args.reps, args.warmup, flush, device)
     r["bf16_values_speedup"] = r["fwd_ms"] / r["fwd_bf16_values_ms"]
     sv, si = impl.maxk_cbsr(h_skewed, k)
     r["skewed_column_skew"] = column_skew(si, d)
-    r["fwd_skewed_ms"] = timer(lambda: impl.cbsr_spgemm(plan, ev, sv, si, d), args.reps,
+    r["fwd_skewed_ms"] = timer(lambda: impl.cbsr_spgemm(plan, None, sv, si, d, rs), args.reps,
                                args.warmup, flush, device)
     del sv, si
     if device.type == "cuda" and args.floor:  # the same forward without the accumulation
         with launch.overrides(cbsr_spgemm={"noacc": 1}):
-            r["fwd_gather_only_ms"] = timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d),
-                                            args.reps, args.warmup, flush, device)
+            r["fwd_gather_only_ms"] = timer(
+                lambda: cuda.cbsr_spgemm(plan, None, xv, xi, d, rs), args.reps, args.warmup,
+                flush, device)
     r["fwd_speedup"] = g["cusparse_fwd_ms"] / r["fwd_ms"]
     r["bwd_speedup"] = g["cusparse_bwd_ms"] / r["bwd_ms"]
     r["topk_speedup"] = r["torch_topk_ms"] / r["topk_ms"]
@@ -288,7 +297,8 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device, h_skewed):
           f"({r['topk_speedup']:.2f}x); forward with bf16 values "
           f"{r['fwd_bf16_values_ms']:.3f} ms ({r['bf16_values_speedup']:.2f}x fp32's); on "
           f"skewed columns ({r['skewed_column_skew']:.1f}x the mean share) "
-          f"{r['fwd_skewed_ms']:.3f} ms{gathers}",
+          f"{r['fwd_skewed_ms']:.3f} ms{gathers}; with a value per edge fwd "
+          f"{r['fwd_edge_values_ms']:.3f} ms, bwd {r['bwd_edge_values_ms']:.3f} ms",
           flush=True)
     return r
 
@@ -337,7 +347,7 @@ def bench_graph(gname, impl, ceilings, args, flush, device, graphs):
         add_floors(r, n, g["edges"], d, k, *ceilings)
         g["k"][k] = r
     if args.tune and device.type == "cuda" and gname == args.graphs.split(",")[0]:
-        g["tune"] = tune(plan, ev, h, dy, d, args, flush, device)
+        g["tune"] = tune(plan, h, dy, d, args, flush, device)
 
 
 def print_speedup_table(result):
@@ -472,18 +482,20 @@ def _time_variants(kernel, variants, fn, args, flush, device):
     return out
 
 
-def tune(plan, ev, h, dy, d, args, flush, device):
-    """Kernel variants (launch overrides) and edge-group sizes, timed side by side."""
+def tune(plan, h, dy, d, args, flush, device):
+    """Kernel variants (launch overrides) and edge-group sizes, timed side by side (the mean
+    aggregation, as :func:`time_k` times it)."""
+    rs = plan.node_scale("right", "dst", torch.float32)
     out = {"spgemm": {}, "sspmm": {}, "sddmm": {}, "group_size": {}}
     for k in (int(k) for k in args.ks.split(",")):
         xv, xi = cuda.maxk_cbsr(h, k)
         timed = {
             "spgemm": _time_variants("cbsr_spgemm", FWD_VARIANTS,
-                                     lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args, flush,
-                                     device),
+                                     lambda: cuda.cbsr_spgemm(plan, None, xv, xi, d, rs), args,
+                                     flush, device),
             "sspmm": _time_variants("cbsr_sspmm", BWD_VARIANTS,
-                                    lambda: cuda.cbsr_sspmm(plan, ev, dy, xi), args, flush,
-                                    device),
+                                    lambda: cuda.cbsr_sspmm(plan, None, dy, xi, rs), args,
+                                    flush, device),
             "sddmm": _time_variants("cbsr_sddmm", SDDMM_VARIANTS,
                                     lambda: cuda.cbsr_sddmm(plan, dy, xv, xi), args, flush,
                                     device)}
@@ -499,9 +511,9 @@ def tune(plan, ev, h, dy, d, args, flush, device):
         with launch.overrides(group_size=gs):
             for k in (8, 32):
                 xv, xi = cuda.maxk_cbsr(h, k)
-                row[k] = (timer(lambda: cuda.cbsr_spgemm(plan, ev, xv, xi, d), args.reps,
+                row[k] = (timer(lambda: cuda.cbsr_spgemm(plan, None, xv, xi, d, rs), args.reps,
                                 args.warmup, flush, device),
-                          timer(lambda: cuda.cbsr_sspmm(plan, ev, dy, xi), args.reps,
+                          timer(lambda: cuda.cbsr_sspmm(plan, None, dy, xi, rs), args.reps,
                                 args.warmup, flush, device))
         out["group_size"][gs] = row
         print(f"tune group size {gs}: " + " ".join(

@@ -115,28 +115,30 @@ def check_graph_kernels(group_size, dev) -> int:
         xv = torch.randn(num_src, k, device=dev).to(dtype)
         xi = torch.rand(num_src, d, device=dev).argsort(1)[:, :k].sort(1).values
         xi = xi.to(index_dtype(d))
-        ev = torch.randn(plan.num_edges, device=dev)
         gy = torch.randn(plan.num_dst, d, device=dev)
-        errs = (
-            rel(cuda.cbsr_spgemm(plan, ev, xv, xi, d),
-                reference.cbsr_spgemm(plan, ev.double(), xv.double(), xi, d)),
-            rel(cuda.cbsr_sspmm(plan, ev, gy, xi),
-                reference.cbsr_sspmm(plan, ev.double(), gy.double(), xi)),
-            rel(sliced_sspmm(plan, ev, gy, xi),
-                reference.cbsr_sspmm(plan, ev.double(), gy.double(), xi)),
-            rel(cuda.cbsr_sddmm(plan, gy, xv, xi),
-                reference.cbsr_sddmm(plan, gy.double(), xv.double(), xi)),
-        )
-        ok = all(e < 1e-5 for e in errs)
-        bad += not ok
-        print(f"G={group_size} d={d} k={k} {dtype}: spgemm/sspmm/sspmm in 3 source slices/"
-              f"sddmm rel err {' '.join(f'{e:.2e}' for e in errs)} {'ok' if ok else 'BAD'}")
+        for values, ev, rs in (("edge values", torch.randn(plan.num_edges, device=dev), None),
+                               ("row scales", None, torch.randn(plan.num_dst, device=dev))):
+            ev64, rs64 = (None if t is None else t.double() for t in (ev, rs))
+            want = reference.cbsr_sspmm(plan, ev64, gy.double(), xi, rs64)
+            errs = (
+                rel(cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs),
+                    reference.cbsr_spgemm(plan, ev64, xv.double(), xi, d, rs64)),
+                rel(cuda.cbsr_sspmm(plan, ev, gy, xi, rs), want),
+                rel(sliced_sspmm(plan, ev, gy, xi, rs), want),
+                rel(cuda.cbsr_sddmm(plan, gy, xv, xi),
+                    reference.cbsr_sddmm(plan, gy.double(), xv.double(), xi)),
+            )
+            ok = all(e < 1e-5 for e in errs)
+            bad += not ok
+            print(f"G={group_size} d={d} k={k} {dtype} {values}: spgemm/sspmm/sspmm in 3 "
+                  f"source slices/sddmm rel err {' '.join(f'{e:.2e}' for e in errs)} "
+                  f"{'ok' if ok else 'BAD'}")
     return bad
 
 
-def sliced_sspmm(plan, ev, gy, xi):
+def sliced_sspmm(plan, ev, gy, xi, rs):
     with launch.overrides(cbsr_sspmm={"slices": 3}):
-        return cuda.cbsr_sspmm(plan, ev, gy, xi)
+        return cuda.cbsr_sspmm(plan, ev, gy, xi, rs)
 
 
 def check_sampler(dev) -> int:

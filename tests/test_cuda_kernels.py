@@ -6,6 +6,7 @@ messages: re-run with DGL_MAXK_TEST_SEED=<seed> to reproduce). Outputs are check
 unwritten entries by poisoning torch's caching allocator with NaN before each kernel call
 (the kernels allocate their outputs with torch.empty where they do not need zeros).
 """
+import itertools
 import os
 
 import pytest
@@ -419,21 +420,33 @@ def test_layer_norm_misaligned_and_empty_rows():
 # aggregation kernels
 # --------------------------------------------------------------------------------------------
 
+def a_values(plan):
+    """A's values in each form the aggregation kernels take, as (name, edge values, row
+    scales): one per edge; one per destination row (no edge values); none (all 1)."""
+    return (("edge values", torch.randn(plan.num_edges, device=DEV), None),
+            ("row scales", None, torch.randn(plan.num_dst, device=DEV)),
+            ("ones", None, None))
+
+
+def double(t):
+    return None if t is None else t.double()
+
+
 def check_all_three(plan, k, d, dtype=torch.float32, seed=None, tag=""):
     xv, xi = random_cbsr(plan.num_src, k, d, dtype)
-    ev = torch.randn(plan.num_edges, device=DEV)
     gy = torch.randn(plan.num_dst, d, device=DEV)
-    poison()
-    y = cuda.cbsr_spgemm(plan, ev, xv, xi, d)
-    y_ref = reference.cbsr_spgemm(plan, ev.double(), xv.double(), xi, d)
-    assert y.dtype == torch.promote_types(xv.dtype, ev.dtype)
-    err = rel_err(y, y_ref)
-    assert err < TOL, f"spgemm err={err} seed={seed} k={k} d={d} {dtype} {tag}"
-    poison()
-    gx = cuda.cbsr_sspmm(plan, ev, gy, xi)
-    gx_ref = reference.cbsr_sspmm(plan, ev.double(), gy.double(), xi)
-    err = rel_err(gx, gx_ref)
-    assert err < TOL, f"sspmm err={err} seed={seed} k={k} d={d} {tag}"
+    for name, ev, rs in a_values(plan):
+        poison()
+        y = cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs)
+        y_ref = reference.cbsr_spgemm(plan, double(ev), xv.double(), xi, d, double(rs))
+        assert y.dtype == torch.promote_types(xv.dtype, torch.float32)
+        err = rel_err(y, y_ref)
+        assert err < TOL, f"spgemm err={err} seed={seed} k={k} d={d} {dtype} {name} {tag}"
+        poison()
+        gx = cuda.cbsr_sspmm(plan, ev, gy, xi, rs)
+        gx_ref = reference.cbsr_sspmm(plan, double(ev), gy.double(), xi, double(rs))
+        err = rel_err(gx, gx_ref)
+        assert err < TOL, f"sspmm err={err} seed={seed} k={k} d={d} {name} {tag}"
     poison()
     ge = cuda.cbsr_sddmm(plan, gy, xv, xi)
     ge_ref = reference.cbsr_sddmm(plan, gy.double(), xv.double(), xi)
@@ -478,12 +491,12 @@ def test_empty_graphs():
     for num_dst, num_src in ((5, 7), (0, 4), (4, 0)):
         plan = make_plan(torch.zeros(num_dst, dtype=torch.int64), num_src=num_src)
         xv, xi = random_cbsr(num_src, 8, 64)
-        ev = torch.empty(0, device=DEV)
-        poison()
-        y = cuda.cbsr_spgemm(plan, ev, xv, xi, 64)
-        assert y.shape == (num_dst, 64) and torch.equal(y, torch.zeros_like(y)), seed
-        gx = cuda.cbsr_sspmm(plan, ev, torch.randn(num_dst, 64, device=DEV), xi)
-        assert gx.shape == (num_src, 8) and not gx.any(), seed
+        for _, ev, rs in a_values(plan):
+            poison()
+            y = cuda.cbsr_spgemm(plan, ev, xv, xi, 64, rs)
+            assert y.shape == (num_dst, 64) and torch.equal(y, torch.zeros_like(y)), seed
+            gx = cuda.cbsr_sspmm(plan, ev, torch.randn(num_dst, 64, device=DEV), xi, rs)
+            assert gx.shape == (num_src, 8) and not gx.any(), seed
         ge = cuda.cbsr_sddmm(plan, torch.randn(num_dst, 64, device=DEV), xv, xi)
         assert ge.shape == (0,)
 
@@ -525,19 +538,20 @@ def test_sspmm_source_slices(slices, group_size):
         plan = GraphPlan(plan.indptr, plan.indices[order], plan.edge_ids[order], num_src,
                          num_dst)
         assert plan.rows_sorted_by_source()
-        ev = torch.randn(plan.num_edges, device=DEV)
         d = 64 if num_dst != 300 else 33  # d % 4 != 0: rows staged without the prefetch
         gy = torch.randn(num_dst, d, device=DEV)
-        for k in (1, 3, 8, 32, 64):
+        for k, (name, ev, rs) in itertools.product((1, 3, 8, 32, 64), a_values(plan)):
             if k > d:
                 continue
             _, xi = random_cbsr(num_src, k, d)
             poison()
             with launch.overrides(cbsr_sspmm={"slices": slices}):
-                gx = cuda.cbsr_sspmm(plan, ev, gy, xi)
+                gx = cuda.cbsr_sspmm(plan, ev, gy, xi, rs)
             assert (launch.group_size(), slices) in plan._source_slices  # the sliced walk ran
-            err = rel_err(gx, reference.cbsr_sspmm(plan, ev.double(), gy.double(), xi))
-            assert err < TOL, f"sliced sspmm err={err} seed={seed} k={k} {num_dst}x{num_src}"
+            err = rel_err(gx, reference.cbsr_sspmm(plan, double(ev), gy.double(), xi,
+                                                   double(rs)))
+            assert err < TOL, (f"sliced sspmm err={err} seed={seed} k={k} {num_dst}x{num_src} "
+                               f"{name}")
 
 
 def test_determinism():
@@ -547,9 +561,10 @@ def test_determinism():
     ev = torch.rand(plan.num_edges, device=DEV)
     gy = torch.randn(500, 256, device=DEV)
     # rows of at most group_size entries: the forward promises bit-identical repeats
-    y1 = cuda.cbsr_spgemm(plan, ev, xv, xi, 256)
-    y2 = cuda.cbsr_spgemm(plan, ev, xv, xi, 256)
-    assert torch.equal(y1, y2), seed
+    for _, ev_, rs in a_values(plan):
+        y1 = cuda.cbsr_spgemm(plan, ev_, xv, xi, 256, rs)
+        y2 = cuda.cbsr_spgemm(plan, ev_, xv, xi, 256, rs)
+        assert torch.equal(y1, y2), seed
     e1 = cuda.cbsr_sddmm(plan, gy, xv, xi)
     e2 = cuda.cbsr_sddmm(plan, gy, xv, xi)
     assert torch.equal(e1, e2), seed
@@ -666,12 +681,13 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.dgl_maxk.layer_norm_backward_cbsr.default,
                           (xv[:20], xi[:20], h, mean, rstd, torch.randn(64, device=DEV)),
                           test_utils=tests)
-    torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
-                          (group_row, group_start, col, ev, xv, xi, 40, 64, multi_rows),
-                          test_utils=tests)
-    torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sspmm.default,
-                          (group_row, group_start, group_start[1:], col, ev, gy, xi),
-                          test_utils=tests)
+    for ev_, rs in ((ev, None), (None, torch.rand(40, device=DEV))):
+        torch.library.opcheck(torch.ops.dgl_maxk.cbsr_spgemm.default,
+                              (group_row, group_start, col, ev_, rs, xv, xi, 40, 64, multi_rows),
+                              test_utils=tests)
+        torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sspmm.default,
+                              (group_row, group_start, group_start[1:], col, ev_, rs, gy, xi),
+                              test_utils=tests)
     torch.library.opcheck(torch.ops.dgl_maxk.cbsr_sddmm.default,
                           (group_row, group_start, col, gy, xv, xi), test_utils=tests)
     g_indptr, _ = _in_edge_csr([0, 3, 9, 1], torch.int32)

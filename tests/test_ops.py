@@ -662,7 +662,8 @@ def test_cuda_sspmm_asks_the_rule_with_its_sizes_and_walks_its_slices(monkeypatc
     d, k = 24, 5
     asked, walked = [], []
 
-    def recorder(group_row, group_start, group_end, col, edge_values, grad_y, x_indices):
+    def recorder(group_row, group_start, group_end, col, edge_values, row_scale, grad_y,
+                 x_indices):
         walked.append((group_row, group_start, group_end))
         return torch.zeros(x_indices.shape)
     monkeypatch.setattr(launch, "sspmm_slices", lambda *sizes: asked.append(sizes) or slices)

@@ -6,8 +6,10 @@ Written for exactness first: no loops over nodes or edges, no dense N x N matric
 intermediates are processed in chunks of bounded size.
 
 Shapes: the plan's A is num_dst x num_src in CSR over destination rows with values
-``edge_values`` (one per CSR entry); a CBSR matrix is ``values`` (N x k) with ``indices``
-(N x k, columns in [0, d)).
+``edge_values`` (one per CSR entry); the CBSR aggregations also take ``edge_values=None``
+with ``row_scale`` (one per destination row, or None: 1 in fp32), A then holding row r's
+scale at each of its entries. A CBSR matrix is ``values`` (N x k) with ``indices`` (N x k,
+columns in [0, d)).
 """
 from __future__ import annotations
 
@@ -108,8 +110,19 @@ def _sparse_adjacency(indptr, indices, values, shape):
                                        check_invariants=False)
 
 
-def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
+def entry_values(plan, edge_values, row_scale):
+    """A's value at each CSR entry: ``edge_values``, else each row's scale (``row_scale``,
+    or 1 in fp32) repeated over its entries."""
+    if edge_values is not None:
+        return edge_values
+    if row_scale is None:
+        return torch.ones(plan.num_edges, dtype=torch.float32, device=plan.device)
+    return torch.repeat_interleave(row_scale, plan.in_degrees, output_size=plan.num_edges)
+
+
+def cbsr_spgemm(plan, edge_values, x_values, x_indices, d, row_scale=None):
     """Y = A . X (num_dst x d, dense) for X = CBSR(x_values, x_indices) of width d."""
+    edge_values = entry_values(plan, edge_values, row_scale)
     dtype = torch.promote_types(x_values.dtype, edge_values.dtype)
     x_dense = x_values.new_zeros((plan.num_src, d), dtype=dtype)
     x_dense.scatter_(1, x_indices.long(), x_values.to(dtype))
@@ -159,8 +172,9 @@ def spmm_transposed(plan, edge_values, grad_y):
                    (plan.num_src, plan.num_dst))
 
 
-def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
+def cbsr_sspmm(plan, edge_values, grad_y, x_indices, row_scale=None):
     """dX_cbsr[c, j] = sum_r A[r, c] * dY[r, x_indices[c, j]]: (A^T dY) sampled at X's pattern."""
+    edge_values = entry_values(plan, edge_values, row_scale)
     return spmm_transposed(plan, edge_values, grad_y).gather(1, x_indices.long())
 
 

@@ -60,6 +60,7 @@ class GraphPlan:
         self.device = indptr.device
         self.in_degrees = indptr[1:] - indptr[:-1]
         self._edge_values: dict = {}
+        self._node_scales: dict = {}
         self._edge_groups: dict = {}
         self._source_slices: dict = {}
         self._rows_sorted = rows_sorted
@@ -106,15 +107,17 @@ class GraphPlan:
                          graph.num_dst_nodes(), rows_sorted=True)
 
     def node_scale(self, norm: str, side: str, dtype) -> torch.Tensor | None:
-        """The factor a normalisation applies per source ('src') or destination ('dst') node."""
-        if side == "src" and norm in ("left", "both"):
-            deg = self.out_degrees
-        elif side == "dst" and norm in ("right", "both"):
-            deg = self.in_degrees
-        else:
+        """The factor a normalisation applies per source ('src') or destination ('dst') node
+        (cached), or None where it applies none."""
+        if norm not in (("left", "both") if side == "src" else ("right", "both")):
             return None
-        deg = deg.to(dtype).clamp(min=1)
-        return deg.rsqrt() if norm == "both" else deg.reciprocal()
+        key = (norm, side, dtype)
+        if key not in self._node_scales:
+            with torch.inference_mode(False):
+                deg = (self.out_degrees if side == "src" else self.in_degrees)
+                deg = deg.to(dtype).clamp(min=1)
+                self._node_scales[key] = deg.rsqrt() if norm == "both" else deg.reciprocal()
+        return self._node_scales[key]
 
     def edge_values(self, norm: str = "none", edge_weight: torch.Tensor | None = None,
                     dtype=torch.float32) -> torch.Tensor:

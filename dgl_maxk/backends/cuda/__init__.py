@@ -130,38 +130,51 @@ def _edge_groups(plan):
     return plan.edge_groups(launch.group_size())
 
 
-def cbsr_spgemm(plan, edge_values, x_values, x_indices, d):
-    """Y = A . X (num_dst x d, dense) for X = CBSR(x_values, x_indices) of width d.
+def _values_dtype(edge_values, row_scale):
+    """The dtype of A's values: the edge values', else the row scales', else fp32 (ones)."""
+    values = edge_values if edge_values is not None else row_scale
+    return torch.float32 if values is None else values.dtype
 
-    dtype = promote(x_values.dtype, edge_values.dtype); fp32 accumulation; float64 falls back
+
+def _fp32(t):
+    """``t`` as contiguous fp32, None as None (the kernels' optional edge values and scales)."""
+    return None if t is None else t.to(torch.float32).contiguous()
+
+
+def cbsr_spgemm(plan, edge_values, x_values, x_indices, d, row_scale=None):
+    """Y = A . X (num_dst x d, dense) for X = CBSR(x_values, x_indices) of width d, A's
+    values ``edge_values`` or (None) each row's ``row_scale``.
+
+    dtype = promote(x_values.dtype, the values' dtype); fp32 accumulation; float64 falls back
     to the reference.
     """
-    dtype = torch.promote_types(x_values.dtype, edge_values.dtype)
+    dtype = torch.promote_types(x_values.dtype, _values_dtype(edge_values, row_scale))
     if dtype not in KERNEL_DTYPES or x_values.dtype not in KERNEL_DTYPES:
-        return reference.cbsr_spgemm(plan, edge_values, x_values, x_indices, d)
+        return reference.cbsr_spgemm(plan, edge_values, x_values, x_indices, d, row_scale)
     group_row, group_start, col, multi_rows = _edge_groups(plan)
-    y = kernels.cbsr_spgemm(group_row, group_start, col,
-                            edge_values.to(torch.float32).contiguous(), x_values.contiguous(),
-                            x_indices.contiguous(), plan.num_dst, int(d), multi_rows)
+    y = kernels.cbsr_spgemm(group_row, group_start, col, _fp32(edge_values), _fp32(row_scale),
+                            x_values.contiguous(), x_indices.contiguous(), plan.num_dst,
+                            int(d), multi_rows)
     return y if dtype == torch.float32 else y.to(dtype)
 
 
-def cbsr_sspmm(plan, edge_values, grad_y, x_indices):
-    """dX_cbsr[c, j] = sum_r A[r, c] * dY[r, x_indices[c, j]] (num_src x k, grad_y's dtype).
+def cbsr_sspmm(plan, edge_values, grad_y, x_indices, row_scale=None):
+    """dX_cbsr[c, j] = sum_r A[r, c] * dY[r, x_indices[c, j]] (num_src x k, grad_y's dtype),
+    A's values as in :func:`cbsr_spgemm`.
 
     fp32 accumulation with global atomic adds; float64 falls back to the reference.
     """
-    if grad_y.dtype not in KERNEL_DTYPES or edge_values.dtype == torch.float64:
-        return reference.cbsr_sspmm(plan, edge_values, grad_y, x_indices)
+    if (grad_y.dtype not in KERNEL_DTYPES
+            or _values_dtype(edge_values, row_scale) == torch.float64):
+        return reference.cbsr_sspmm(plan, edge_values, grad_y, x_indices, row_scale)
     group_row, group_start, col, _ = _edge_groups(plan)
     group_end = group_start[1:]
     slices = launch.sspmm_slices(plan.num_src, plan.num_edges, x_indices.shape[1],
                                  plan.num_dst * grad_y.shape[1] * 4)  # dY staged as fp32
     if slices > 1 and plan.rows_sorted_by_source():  # dX beyond L2, sources reused
         group_row, group_start, group_end = plan.source_slices(launch.group_size(), slices)
-    dx = kernels.cbsr_sspmm(group_row, group_start, group_end, col,
-                            edge_values.to(torch.float32).contiguous(),
-                            grad_y.to(torch.float32).contiguous(), x_indices.contiguous())
+    dx = kernels.cbsr_sspmm(group_row, group_start, group_end, col, _fp32(edge_values),
+                            _fp32(row_scale), _fp32(grad_y), x_indices.contiguous())
     return dx if grad_y.dtype == torch.float32 else dx.to(grad_y.dtype)
 
 

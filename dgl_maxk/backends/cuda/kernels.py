@@ -213,17 +213,20 @@ def _layer_norm_backward(func, dy_args, x, mean, rstd, weight, defines=None,
     return dx, parts.sum(1)
 
 
-def _spgemm_fake(group_row, group_start, col, edge_values, x_values, x_indices, num_dst, d,
-                 multi_rows):
+def _spgemm_fake(group_row, group_start, col, edge_values, row_scale, x_values, x_indices,
+                 num_dst, d, multi_rows):
     return x_values.new_empty((num_dst, d), dtype=torch.float32)
 
 
 @_custom_op("cbsr_spgemm", _spgemm_fake)
 def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
-                edge_values: torch.Tensor, x_values: torch.Tensor, x_indices: torch.Tensor,
-                num_dst: int, d: int, multi_rows: torch.Tensor) -> torch.Tensor:
-    """``multi_rows``: the rows of several groups, whose partial sums meet by atomic adds:
-    zeroed first, and only they (the kernel stores every other row whole)."""
+                edge_values: Optional[torch.Tensor], row_scale: Optional[torch.Tensor],
+                x_values: torch.Tensor, x_indices: torch.Tensor, num_dst: int, d: int,
+                multi_rows: torch.Tensor) -> torch.Tensor:
+    """``edge_values`` (one per CSR entry) or None (each edge 1, then ``row_scale``, one per
+    destination row, if not None). ``multi_rows``: the rows of several groups, whose partial
+    sums meet by atomic adds: zeroed first, and only they (the kernel stores every other row
+    whole)."""
     k = x_values.shape[1]
     num_groups = group_row.numel()
     y = torch.empty((num_dst, d), dtype=torch.float32, device=x_values.device)
@@ -232,9 +235,11 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
     if num_groups == 0:
         return y
     _launch_over_groups(
-        "cbsr_spgemm", heuristics.spgemm_config(k, d, x_values, x_indices), num_groups,
-        x_values.device, (ptr(group_row), ptr(group_start), ptr(col), ptr(edge_values),
-                          ptr(x_values), ptr(x_indices), ptr(y), i64(num_groups), i32(k), i32(d)))
+        "cbsr_spgemm", heuristics.spgemm_config(k, d, x_values, x_indices, edge_values),
+        num_groups, x_values.device,
+        (ptr(group_row), ptr(group_start), ptr(col), _ptr_or_null(edge_values),
+         _ptr_or_null(row_scale), ptr(x_values), ptr(x_indices), ptr(y), i64(num_groups), i32(k),
+         i32(d)))
     return y
 
 
@@ -247,16 +252,19 @@ def _zero_rows(y: torch.Tensor, rows: torch.Tensor) -> None:
            (ptr(rows), ptr(y), i64(rows.numel()), i32(y.shape[1])), 0, y.device)
 
 
-def _sspmm_fake(group_row, group_start, group_end, col, edge_values, grad_y, x_indices):
+def _sspmm_fake(group_row, group_start, group_end, col, edge_values, row_scale, grad_y,
+                x_indices):
     return grad_y.new_empty((x_indices.shape[0], x_indices.shape[1]), dtype=torch.float32)
 
 
 @_custom_op("cbsr_sspmm", _sspmm_fake)
 def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, group_end: torch.Tensor,
-               col: torch.Tensor, edge_values: torch.Tensor, grad_y: torch.Tensor,
+               col: torch.Tensor, edge_values: Optional[torch.Tensor],
+               row_scale: Optional[torch.Tensor], grad_y: torch.Tensor,
                x_indices: torch.Tensor) -> torch.Tensor:
     """Group g covers CSR entries [group_start[g], group_end[g]) (``group_start[1:]`` for
-    the forward's groups, or a walk of ``GraphPlan.source_slices``)."""
+    the forward's groups, or a walk of ``GraphPlan.source_slices``); A's values as in
+    :func:`cbsr_spgemm`."""
     n_src, k = x_indices.shape
     d = grad_y.shape[1]
     dx = torch.zeros((n_src, k), dtype=torch.float32, device=grad_y.device)
@@ -264,9 +272,11 @@ def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, group_end: to
     if num_groups == 0 or n_src == 0 or col.numel() == 0:
         return dx
     _launch_over_groups(
-        "cbsr_sspmm", heuristics.sspmm_config(k, d, grad_y, x_indices), num_groups, grad_y.device,
-        (ptr(group_row), ptr(group_start), ptr(col), ptr(group_end), ptr(edge_values),
-         ptr(grad_y), ptr(x_indices), ptr(dx), i64(num_groups), i32(k), i32(d)))
+        "cbsr_sspmm", heuristics.sspmm_config(k, d, grad_y, x_indices, edge_values), num_groups,
+        grad_y.device,
+        (ptr(group_row), ptr(group_start), ptr(col), ptr(group_end), _ptr_or_null(edge_values),
+         _ptr_or_null(row_scale), ptr(grad_y), ptr(x_indices), ptr(dx), i64(num_groups), i32(k),
+         i32(d)))
     return dx
 
 

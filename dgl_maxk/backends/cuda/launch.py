@@ -200,8 +200,9 @@ def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
     return d + ((lanes - d) & 31) if nbuf > 1 else d
 
 
-def spgemm_config(k: int, d: int, x_values, x_indices):
-    """(defines, warps, shared bytes, persistent) of the forward SpGEMM."""
+def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
+    """(defines, warps, shared bytes, persistent) of the forward SpGEMM (``edge_values``:
+    whether the edges carry values, or count 1 each)."""
     def opt(key):
         return option("cbsr_spgemm", key)
     lanes, qv, private = spgemm_lanes(
@@ -223,7 +224,8 @@ def spgemm_config(k: int, d: int, x_values, x_indices):
     defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": int(bool(opt("atom"))),
                "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
                "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
-               "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size()}
+               "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size(),
+               "P_EDGE_VALUES": int(edge_values is not None)}
     return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
 
 
@@ -246,11 +248,13 @@ def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     return defines, warps, warps * row_bytes, bool(option(kernel, "persist"))
 
 
-def sspmm_config(k: int, d: int, grad_y, x_indices):
-    """(defines, warps, shared bytes, persistent) of the backward SSpMM."""
+def sspmm_config(k: int, d: int, grad_y, x_indices, edge_values=None):
+    """(defines, warps, shared bytes, persistent) of the backward SSpMM (``edge_values`` as
+    in :func:`spgemm_config`)."""
     qv = 4 if k % 4 == 0 and _aligned(x_indices, 4 * x_indices.element_size()) else 1
     defines, warps, smem, persist = _row_kernel_config("cbsr_sspmm", k, d, grad_y, qv)
-    defines.update(P_QV=qv, IDX_BYTES=x_indices.element_size())
+    defines.update(P_QV=qv, IDX_BYTES=x_indices.element_size(),
+                   P_EDGE_VALUES=int(edge_values is not None))
     return defines, warps, smem, persist
 
 

@@ -179,6 +179,29 @@ def test_cbsr_spgemm_no_edges_and_no_rows(h):
     assert torch.equal(x.values.grad, torch.zeros(10, 3, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("norm", NORMS)
+def test_cbsr_spgemm_hands_node_scales_not_edge_values(norm, h, monkeypatch):
+    """Without edge weights A's values are node scales: the backend gets no per-edge values,
+    the destination scales as ``row_scale`` and X's values times the source scales (so the
+    kernels read a scale a row, not a value an edge); with edge weights, edge values only."""
+    from dgl_maxk import backends
+    g = h.make_graph("random", 20)
+    x, _ = h.random_cbsr(20, 8, 3)
+    plan = graph_plan(g, "cpu")
+    calls, spgemm = [], backends.reference.cbsr_spgemm
+    monkeypatch.setattr(backends.reference, "cbsr_spgemm",
+                        lambda *args: calls.append(args) or spgemm(*args))
+    cbsr_spgemm(plan, x, norm=norm)
+    _, edge_values, values, _, _, row_scale = calls[-1]
+    src = plan.node_scale(norm, "src", torch.float64)
+    dst = plan.node_scale(norm, "dst", torch.float64)
+    assert edge_values is None and (row_scale is dst if dst is not None else row_scale is None)
+    assert torch.equal(values, x.values if src is None else x.values * src[:, None])
+    cbsr_spgemm(plan, x, edge_weight=h.positive_edge_weight(g), norm=norm)
+    _, edge_values, values, _, _, row_scale = calls[-1]
+    assert edge_values.shape == (plan.num_edges,) and row_scale is None and values is x.values
+
+
 def test_cbsr_spgemm_accepts_a_graph_plan(h):
     g = h.make_graph("block")
     x, _ = h.random_cbsr(g.num_src_nodes(), 10, 2)

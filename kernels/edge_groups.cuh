@@ -21,7 +21,7 @@
 // slower at k = 32 and 64: the compiler laid out its inner loop worse.)
 //
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
-// P_U edges in flight per sub-group, P_QV entries per lane per load (1 or 4: launch.py's
+// P_U edges in flight per sub-group, P_QV entries per lane per load (1, 2 or 4: launch.py's
 // spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
 // SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 uint16),
 // P_PREFETCH (staged rows copied one group ahead; P_D4 only), P_EDGE_VALUES (1: the
@@ -89,32 +89,40 @@ __device__ __forceinline__ void red_add_v4(float* addr, float4 v) {
 #endif
 }
 
-// P_QV consecutive CBSR indices of a row, from entry pointer pi (aligned when P_QV == 4).
+// P_QV consecutive CBSR indices of a row, from entry pointer pi (P_QV-aligned).
 __device__ __forceinline__ void load_indices(const idx_t* pi, int (&ix)[P_QV]) {
-#if P_QV == 4
-#if IDX_BYTES == 1
+#if P_QV == 4 && IDX_BYTES == 1
     const unsigned int q = *reinterpret_cast<const unsigned int*>(pi);
     ix[0] = q & 0xff; ix[1] = (q >> 8) & 0xff; ix[2] = (q >> 16) & 0xff; ix[3] = q >> 24;
-#else
+#elif P_QV == 4
     const uint2 q = *reinterpret_cast<const uint2*>(pi);
     ix[0] = q.x & 0xffff; ix[1] = q.x >> 16; ix[2] = q.y & 0xffff; ix[3] = q.y >> 16;
-#endif
+#elif P_QV == 2 && IDX_BYTES == 1
+    const unsigned int q = *reinterpret_cast<const unsigned short*>(pi);
+    ix[0] = q & 0xff; ix[1] = q >> 8;
+#elif P_QV == 2
+    const unsigned int q = *reinterpret_cast<const unsigned int*>(pi);
+    ix[0] = q & 0xffff; ix[1] = q >> 16;
 #else
     ix[0] = IDX_TO_INT(*pi);
 #endif
 }
 
-// P_QV consecutive CBSR values of a row as fp32, from entry pointer pv.
+// P_QV consecutive CBSR values of a row as fp32, from entry pointer pv (P_QV-aligned).
 __device__ __forceinline__ void load_values(const val_t* pv, float (&v)[P_QV]) {
-#if P_QV == 4
-#if VAL_KIND == 0
+#if P_QV == 4 && VAL_KIND == 0
     const float4 w = *reinterpret_cast<const float4*>(pv);
     v[0] = w.x; v[1] = w.y; v[2] = w.z; v[3] = w.w;
-#else
+#elif P_QV == 4
     const uint2 w = *reinterpret_cast<const uint2*>(pv);
     v[0] = to_f32((unsigned short)(w.x & 0xffff)); v[1] = to_f32((unsigned short)(w.x >> 16));
     v[2] = to_f32((unsigned short)(w.y & 0xffff)); v[3] = to_f32((unsigned short)(w.y >> 16));
-#endif
+#elif P_QV == 2 && VAL_KIND == 0
+    const float2 w = *reinterpret_cast<const float2*>(pv);
+    v[0] = w.x; v[1] = w.y;
+#elif P_QV == 2
+    const unsigned int w = *reinterpret_cast<const unsigned int*>(pv);
+    v[0] = to_f32((unsigned short)(w & 0xffff)); v[1] = to_f32((unsigned short)(w >> 16));
 #else
     v[0] = to_f32(*pv);
 #endif

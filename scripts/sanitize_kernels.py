@@ -109,7 +109,8 @@ def check_graph_kernels(group_size, dev) -> int:
     indices = indices[torch.argsort(rows * num_src + indices, stable=True)]  # source slices
     plan = GraphPlan(indptr.to(dev), indices.to(dev), torch.arange(indices.numel(),
                      device=dev), num_src, deg.numel())
-    for d, k, dtype in ((256, 8, torch.float32), (256, 32, torch.float32),
+    for d, k, dtype in ((256, 8, torch.float32), (256, 16, torch.float32),
+                        (256, 32, torch.float32), (256, 24, torch.bfloat16),
                         (256, 64, torch.bfloat16), (33, 5, torch.float32),
                         (384, 16, torch.float16), (64, 3, torch.float32)):
         xv = torch.randn(num_src, k, device=dev).to(dtype)

@@ -578,6 +578,16 @@ def test_maxk_and_cbsr_addmm_have_second_derivatives():
                                         (c, w))
 
 
+def test_forward_loads_two_entries_a_lane_from_k_16():
+    """Below k = 32 the forward's 8 lanes an edge (its private buffers need 8 busy lanes)
+    load 2 entries each from k = 16 (k = 24: 16 lanes), 1 below, 4 from k = 32."""
+    from dgl_maxk.backends.cuda import launch
+    plans = {k: launch.spgemm_lanes(k, 256, True)[:2] for k in (8, 12, 16, 24, 32)}
+    assert plans == {8: (8, 1), 12: (16, 1), 16: (8, 2), 24: (16, 2), 32: (8, 4)}
+    with launch.overrides(cbsr_spgemm={"qv": 0}):  # wide loads off
+        assert launch.spgemm_lanes(16, 256, True)[:2] == (16, 1)
+
+
 @pytest.mark.parametrize("d", [32, 64, 256, 384, 512, 1024])
 def test_top_k_bank_order_is_the_forwards_lane_plan(d):
     """The top-k kernel orders each row for the lanes the forward will use (CPU: the launch
@@ -595,6 +605,7 @@ def test_top_k_bank_order_is_the_forwards_lane_plan(d):
                                   ).expand(rows, k)
             cbsr_bytes = rows * k * (4 + indices.element_size())
             forward = launch.spgemm_config(k, d, values, indices)[0]
+            assert k % forward["P_QV"] == 0  # a lane's wide load never passes the row's end
             order = launch.bank_order(k, d, cbsr_bytes)
             if order["ORDER_L"]:
                 assert (order["ORDER_L"], order["ORDER_QV"]) == (forward["P_L"], forward["P_QV"])

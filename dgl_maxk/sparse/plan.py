@@ -114,7 +114,7 @@ class GraphPlan:
         key = (norm, side, dtype)
         if key not in self._node_scales:
             with torch.inference_mode(False):
-                deg = (self.out_degrees if side == "src" else self.in_degrees)
+                deg = self.out_degrees if side == "src" else self.in_degrees
                 deg = deg.to(dtype).clamp(min=1)
                 self._node_scales[key] = deg.rsqrt() if norm == "both" else deg.reciprocal()
         return self._node_scales[key]

@@ -182,14 +182,16 @@ def spgemm_lanes(k: int, d: int, aligned: bool):
         return option("cbsr_spgemm", key)
     qv = 4 if opt("qv") and k % 4 == 0 and aligned else 1
     private = not (opt("shared_buf") and opt("atom"))
-    if qv == 4 and private and k < 32:  # private buffers need >= 8 busy lanes per edge
-        qv = 1
+    if qv == 4 and private and k < 32:  # private buffers need >= 8 busy lanes per edge,
+        # so 2-wide loads from k = 16: fewer, wider gathers (H200, Reddit-sized, d = 256:
+        # k = 16 3.14 -> 2.95 ms, k = 24 5.33 -> 4.43 ms)
+        qv = 2 if k >= 16 else 1
     lanes = _pow2ceil(min(-(-k // qv), 32))
     if private:
         lanes = wanted = max(lanes, 8)
         while lanes < 32 and (32 // lanes) * d > 1024:  # about 4 KiB of buffers per warp
             lanes *= 2
-        if lanes > wanted and lanes * qv > k:  # 4-wide loads would leave lanes idle
+        if lanes > wanted and lanes * qv > k:  # wide loads would leave lanes idle
             qv = 1
     return lanes, qv, private
 
@@ -211,7 +213,7 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     subs = 32 // lanes
     nbuf = subs if private else 1
     t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
-    if qv == 4:
+    if qv > 1:  # measured (H200, Reddit-sized, QV 2 at k = 16): 4 edges, 3.10 -> 2.95 ms
         u = max(1, 4 // t)
     else:  # measured (H200, Reddit-sized): 8 edges in flight for k <= 8 or T >= 2, else 4
         u = 8 // t if (subs >= 4 or t >= 2) else 4

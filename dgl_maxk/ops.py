@@ -285,6 +285,8 @@ class _CBSRSpGEMM(torch.autograd.Function):
             grad_edges = backend.cbsr_sddmm(ctx.plan, grad_y, x_values, x_indices)
             grad_edges = grad_edges.to(edge_values.dtype)
         if ctx.needs_input_grad[4]:
+            if src_scale is not None:  # scaled before the cast: unscaled half sums overflow
+                grad_y = grad_y.to(torch.promote_types(grad_y.dtype, torch.float32))
             grad_x = backend.cbsr_sspmm(ctx.plan, edge_values, grad_y, x_indices, row_scale)
             if src_scale is not None:
                 grad_x = grad_x * src_scale[:, None]

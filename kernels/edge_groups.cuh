@@ -25,7 +25,7 @@
 // spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
 // SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 uint16),
 // P_PREFETCH (staged rows copied one group ahead; P_D4 only), P_EDGE_VALUES (1: the
-// edges' values are read; 0: each edge counts 1).
+// edges' values are read; 0: each edge counts the batch walk's `unit`).
 
 #ifndef P_D4
 #define P_D4 1

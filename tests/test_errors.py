@@ -302,6 +302,9 @@ def test_edge_weight_wrong_type_and_values(h):
 def test_operator_bad_norm_and_dense_input(h):
     g = h.make_graph("self_loops", 10)
     raises(ValueError, "norm", lambda: spmm(g, torch.randn(10, 3), norm="mean"))
+    for weight in (None, torch.rand(g.num_edges())):  # the unweighted one reads node scales
+        raises(ValueError, "norm must be one of", lambda: cbsr_spgemm(
+            g, maxk(torch.randn(10, 3), 2), weight, norm="mean"))
     raises(ValueError, "CBSR", lambda: cbsr_spgemm(g, torch.randn(10, 3)))
     raises(ValueError, r"N x d", lambda: maxk(torch.randn(10), 1))
     raises(ValueError, r"N x d", lambda: maxk(torch.randn(2, 3, 4), 1))

@@ -202,6 +202,41 @@ def test_cbsr_spgemm_hands_node_scales_not_edge_values(norm, h, monkeypatch):
     assert edge_values.shape == (plan.num_edges,) and row_scale is None and values is x.values
 
 
+def test_cbsr_spgemm_half_gradient_takes_the_source_scale_before_its_cast(monkeypatch):
+    """The source scale (norm 'left' or 'both') goes onto the fp32 sums, before the cast to
+    the features' half dtype: a backend that returns grad_y's dtype (as the CUDA one does)
+    would otherwise round, and here overflow, the unscaled sum of 70,000 out-edges."""
+    from types import SimpleNamespace
+    from dgl_maxk import backends
+    n = 70_000
+    plan = GraphPlan(torch.arange(n + 1), torch.zeros(n, dtype=torch.int64), None, 1, n)
+    like_cuda = SimpleNamespace(  # fp32 sums, returned in grad_y's dtype
+        cbsr_spgemm=backends.reference.cbsr_spgemm,
+        cbsr_sspmm=lambda plan, ev, gy, xi, rs: backends.reference.cbsr_sspmm(
+            plan, ev, gy.float(), xi, rs).to(gy.dtype))
+    monkeypatch.setattr(backends, "for_tensor", lambda tensor: like_cuda)
+    values = torch.ones(1, 1, dtype=torch.float16, requires_grad=True)
+    x = CBSR(values, torch.zeros(1, 1, dtype=torch.uint8), 4)
+    for norm, want in (("left", 1.0), ("both", n ** 0.5)):  # sum of n scales
+        y = cbsr_spgemm(plan, x, norm=norm)
+        (grad,) = torch.autograd.grad(y, values, torch.ones_like(y))
+        assert grad.dtype == torch.float16
+        torch.testing.assert_close(grad.float(), torch.tensor([[want]]), rtol=1e-3, atol=0)
+
+
+def test_aggregation_backends_take_edge_values_or_row_scales_not_both():
+    """The kernels read one or the other (the backward would scale dY rows as well)."""
+    from dgl_maxk.backends import cuda, reference
+    plan, _ = _sorted_plan([2, 0, 3], 4, 0)
+    xv, xi = torch.rand(4, 2), torch.zeros(4, 2, dtype=torch.uint8)
+    ev, rs, gy = torch.rand(plan.num_edges), torch.rand(3), torch.rand(3, 8)
+    for backend in (reference, cuda):
+        with pytest.raises(ValueError, match="not both"):
+            backend.cbsr_spgemm(plan, ev, xv, xi, 8, rs)
+        with pytest.raises(ValueError, match="not both"):
+            backend.cbsr_sspmm(plan, ev, gy, xi, rs)
+
+
 def test_cbsr_spgemm_accepts_a_graph_plan(h):
     g = h.make_graph("block")
     x, _ = h.random_cbsr(g.num_src_nodes(), 10, 2)

@@ -112,8 +112,10 @@ def _sparse_adjacency(indptr, indices, values, shape):
 
 def entry_values(plan, edge_values, row_scale):
     """A's value at each CSR entry: ``edge_values``, else each row's scale (``row_scale``,
-    or 1 in fp32) repeated over its entries."""
+    or 1 in fp32) repeated over its entries; not both."""
     if edge_values is not None:
+        if row_scale is not None:
+            raise ValueError("A's values are edge_values or row_scale, not both")
         return edge_values
     if row_scale is None:
         return torch.ones(plan.num_edges, dtype=torch.float32, device=plan.device)

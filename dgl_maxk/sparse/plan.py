@@ -109,6 +109,7 @@ class GraphPlan:
     def node_scale(self, norm: str, side: str, dtype) -> torch.Tensor | None:
         """The factor a normalisation applies per source ('src') or destination ('dst') node
         (cached), or None where it applies none."""
+        _check_norm(norm)
         if norm not in (("left", "both") if side == "src" else ("right", "both")):
             return None
         key = (norm, side, dtype)
@@ -128,8 +129,7 @@ class GraphPlan:
         of c), 'right' (1 / in-degree of r, i.e. the mean) or 'both' (both to the power -1/2).
         Differentiable with respect to ``edge_weight``. Cached when ``edge_weight`` is None.
         """
-        if norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        _check_norm(norm)
         if edge_weight is None:
             key = (norm, dtype)
             if key not in self._edge_values:
@@ -256,6 +256,11 @@ class GraphPlan:
         groups, start = _groups_of_rows(starts, (counts + (g - 1)) // g, g)
         end = torch.minimum(start + g, (starts + counts)[groups])
         return (groups % n).to(torch.int32), start, end
+
+
+def _check_norm(norm: str) -> None:
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
 
 
 def _groups_of_rows(first_entry, per_row, g: int):

@@ -131,7 +131,10 @@ def _edge_groups(plan):
 
 
 def _values_dtype(edge_values, row_scale):
-    """The dtype of A's values: the edge values', else the row scales', else fp32 (ones)."""
+    """The dtype of A's values: the edge values', else the row scales', else fp32 (ones).
+    Not both: the kernels take one or the other."""
+    if edge_values is not None and row_scale is not None:
+        raise ValueError("A's values are edge_values or row_scale, not both")
     values = edge_values if edge_values is not None else row_scale
     return torch.float32 if values is None else values.dtype
 

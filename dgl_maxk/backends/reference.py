@@ -110,15 +110,22 @@ def _sparse_adjacency(indptr, indices, values, shape):
                                        check_invariants=False)
 
 
+def given_values(edge_values, row_scale):
+    """A's values as the aggregations take them: ``edge_values`` or ``row_scale`` (None for
+    both: all 1), not both (the kernels read one or the other)."""
+    if edge_values is not None and row_scale is not None:
+        raise ValueError("A's values are edge_values or row_scale, not both")
+    return edge_values if edge_values is not None else row_scale
+
+
 def entry_values(plan, edge_values, row_scale):
     """A's value at each CSR entry: ``edge_values``, else each row's scale (``row_scale``,
-    or 1 in fp32) repeated over its entries; not both."""
-    if edge_values is not None:
-        if row_scale is not None:
-            raise ValueError("A's values are edge_values or row_scale, not both")
-        return edge_values
-    if row_scale is None:
+    or 1 in fp32) repeated over its entries."""
+    values = given_values(edge_values, row_scale)
+    if values is None:
         return torch.ones(plan.num_edges, dtype=torch.float32, device=plan.device)
+    if values is edge_values:
+        return edge_values
     return torch.repeat_interleave(row_scale, plan.in_degrees, output_size=plan.num_edges)
 
 

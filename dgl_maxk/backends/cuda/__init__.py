@@ -131,11 +131,8 @@ def _edge_groups(plan):
 
 
 def _values_dtype(edge_values, row_scale):
-    """The dtype of A's values: the edge values', else the row scales', else fp32 (ones).
-    Not both: the kernels take one or the other."""
-    if edge_values is not None and row_scale is not None:
-        raise ValueError("A's values are edge_values or row_scale, not both")
-    values = edge_values if edge_values is not None else row_scale
+    """The dtype of A's values (``reference.given_values``), fp32 where none are given."""
+    values = reference.given_values(edge_values, row_scale)
     return torch.float32 if values is None else values.dtype
 
 

@@ -20,6 +20,9 @@
 // on columns equal mod L, which the top-k kernel's bank order (maxk_cbsr.cu) makes rare.
 // Measured (H200, Reddit-sized, k = 32): shared-memory wavefronts 918M -> 638M, 4.9 -> 4.5 ms.
 //
+// X's entries come as values xv and indices xi, or (P_PACKED, half-precision values) as
+// one 32-bit word each at xv (load_entries).
+//
 // Run-time: k (CBSR entries per row), d (width). Compile-time constants (-D): those of
 //   edge_groups.cuh (P_T = ceil(k / (P_L * P_QV))), and P_ATOM (shared-memory atomics),
 //   P_NB buffers per warp, P_BANKED (bank windows), P_NOACC (timing variant: gather only,
@@ -121,8 +124,7 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
                 for (int t = 0; t < P_T; ++t) {
                     const int j = (p.sl + t * P_L) * P_QV;
                     if (ok[u] && j < k) {
-                        load_values(xv + rb + j, v[u][t]);
-                        load_indices(xi + rb + j, ix[u][t]);
+                        load_entries(xv, xi, rb + j, v[u][t], ix[u][t]);
                     } else {
 #pragma unroll
                         for (int q = 0; q < P_QV; ++q) { v[u][t][q] = 0.f; ix[u][t][q] = -1; }

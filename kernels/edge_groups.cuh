@@ -25,7 +25,9 @@
 // spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
 // SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 uint16),
 // P_PREFETCH (staged rows copied one group ahead; P_D4 only), P_EDGE_VALUES (1: the
-// edges' values are read; 0: each edge counts the batch walk's `unit`).
+// edges' values are read; 0: each edge counts the batch walk's `unit`), P_PACKED (half-
+// precision values only: each CBSR entry is one 32-bit word, the value's bits low and the
+// index high, so one load brings both; see load_entries).
 
 #ifndef P_D4
 #define P_D4 1
@@ -56,6 +58,9 @@
 #endif
 #ifndef P_EDGE_VALUES
 #define P_EDGE_VALUES 1
+#endif
+#ifndef P_PACKED
+#define P_PACKED 0
 #endif
 
 #define P_S (32 / P_L)
@@ -125,6 +130,36 @@ __device__ __forceinline__ void load_values(const val_t* pv, float (&v)[P_QV]) {
     v[0] = to_f32((unsigned short)(w & 0xffff)); v[1] = to_f32((unsigned short)(w >> 16));
 #else
     v[0] = to_f32(*pv);
+#endif
+}
+
+// P_QV consecutive CBSR entries of a row (values as fp32, indices), from entry offset off
+// (P_QV-aligned) of the values xv and indices xi, or with P_PACKED of the packed words at xv
+// (xi unused). Packed, a gathered row of k entries is one k * 4-byte run: one L1 wavefront
+// an edge where values and indices took two (H200, bf16 values, k = 32: Reddit-sized 4.73 ->
+// 4.22 ms, products-sized 9.87 -> 7.22; BENCHMARKS.md).
+__device__ __forceinline__ void load_entries(const val_t* xv, const idx_t* xi, long long off,
+                                             float (&v)[P_QV], int (&ix)[P_QV]) {
+#if P_PACKED
+    static_assert(VAL_KIND != 0, "packed entries hold half-precision values");
+    const unsigned int* pp = reinterpret_cast<const unsigned int*>(xv) + off;
+#if P_QV == 4
+    const uint4 q = *reinterpret_cast<const uint4*>(pp);
+    const unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#elif P_QV == 2
+    const uint2 q = *reinterpret_cast<const uint2*>(pp);
+    const unsigned int w[2] = {q.x, q.y};
+#else
+    const unsigned int w[1] = {*pp};
+#endif
+#pragma unroll
+    for (int q = 0; q < P_QV; ++q) {
+        v[q] = to_f32((unsigned short)(w[q] & 0xffff));
+        ix[q] = (int)(w[q] >> 16);
+    }
+#else
+    load_values(xv + off, v);
+    load_indices(xi + off, ix);
 #endif
 }
 

@@ -477,6 +477,28 @@ def test_dtypes_and_widths(d, dtype, group_size):
         check_all_three(plan, k, d, dtype, seed=seed, tag=f"G={group_size}")
 
 
+@pytest.mark.parametrize("packed", [1, 0], ids=["packed", "apart"])
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("d", [64, 384])
+def test_spgemm_half_values_packed_or_apart(d, dtype, packed):
+    """The forward's two ways to gather half-precision entries, each value and its index in
+    one 32-bit word or read apart, against the reference: every k at d = 64 (8-bit indices),
+    the forward's load widths at d = 384 (16-bit indices), each A form."""
+    seed = fresh_seed()
+    plan = make_plan(mixed_degrees(61, launch.group_size()), num_src=90)
+    ks = k_values(d) if d <= 64 else [1, 3, 4, 8, 16, 20, 32, 48, 64, 100, 128, 256, d]
+    with launch.overrides(cbsr_spgemm={"packed": packed}):
+        for k in ks:
+            xv, xi = random_cbsr(plan.num_src, k, d, dtype)
+            assert launch.spgemm_config(k, d, xv, xi)[0]["P_PACKED"] == packed
+            for name, ev, rs in a_values(plan):
+                poison()
+                y = cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs)
+                y_ref = reference.cbsr_spgemm(plan, double(ev), xv.double(), xi, d, double(rs))
+                err = rel_err(y, y_ref)
+                assert err < TOL, f"err={err} seed={seed} k={k} d={d} {dtype} {name}"
+
+
 @pytest.mark.parametrize("shape", [(37, 200), (61, 150), (1, 3000), (300, 30), (203, 203)])
 def test_rectangular_blocks(shape, group_size):
     seed = fresh_seed()

@@ -651,6 +651,26 @@ def test_top_k_bank_order_is_the_forwards_lane_plan(d):
             assert top_k.get("ORDER_L", 0) == order["ORDER_L"], (k, d, rows)
 
 
+@pytest.mark.parametrize("d", [256, 1000])
+def test_packed_entries_hold_each_value_low_and_its_index_high(d):
+    """The forward gathers half-precision entries packed, each value's bits and its index in
+    one 32-bit word (CPU: the packing and the launch plan; the GPU tests run the kernel)."""
+    from dgl_maxk.backends.cuda import launch
+    from dgl_maxk.backends.cuda.kernels import _packed_entries
+    from dgl_maxk.sparse.cbsr import index_dtype
+    for dtype in (torch.float16, torch.bfloat16):
+        values = torch.randn(50, 24).to(dtype)
+        indices = torch.randint(0, d, (50, 24)).to(index_dtype(d))
+        words = _packed_entries(values, indices)
+        assert words.dtype == torch.int32 and words.shape == values.shape
+        assert torch.equal(words & 0xffff, values.view(torch.int16).to(torch.int32) & 0xffff)
+        assert torch.equal(words >> 16, indices.to(torch.int32))
+        assert launch.spgemm_config(24, d, values, indices)[0]["P_PACKED"] == 1
+        with launch.overrides(cbsr_spgemm={"packed": 0}):
+            assert launch.spgemm_config(24, d, values, indices)[0]["P_PACKED"] == 0
+    assert launch.spgemm_config(24, d, values.float(), indices)[0]["P_PACKED"] == 0
+
+
 def test_forward_private_buffers_start_in_distinct_banks():
     """The forward's private buffers (one per sub-group) lie a stride apart that puts each
     sub-group's column c in its own shared-memory bank, for every width: at least d floats,

@@ -234,13 +234,21 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
         _zero_rows(y, multi_rows)
     if num_groups == 0:
         return y
+    config = heuristics.spgemm_config(k, d, x_values, x_indices, edge_values)
+    entries = _packed_entries(x_values, x_indices) if config[0]["P_PACKED"] else x_values
     _launch_over_groups(
-        "cbsr_spgemm", heuristics.spgemm_config(k, d, x_values, x_indices, edge_values),
-        num_groups, x_values.device,
+        "cbsr_spgemm", config, num_groups, x_values.device,
         (ptr(group_row), ptr(group_start), ptr(col), _ptr_or_null(edge_values),
-         _ptr_or_null(row_scale), ptr(x_values), ptr(x_indices), ptr(y), i64(num_groups), i32(k),
+         _ptr_or_null(row_scale), ptr(entries), ptr(x_indices), ptr(y), i64(num_groups), i32(k),
          i32(d)))
     return y
+
+
+def _packed_entries(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """Half-precision CBSR entries as 32-bit words (N x k int32): the value's bits low, the
+    index high (little-endian pairs), one pass over N x k."""
+    halves = (values.view(torch.int16), indices.to(torch.int16))
+    return torch.stack(halves, dim=-1).flatten(-2).view(torch.int32)
 
 
 def _zero_rows(y: torch.Tensor, rows: torch.Tensor) -> None:

@@ -20,7 +20,7 @@ from .runtime import SMEM_DEFAULT
 DEFAULTS = {
     "group_size": 256,
     "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
-                    "banked": 1, "banked_max_bytes": 96 << 20},
+                    "banked": 1, "banked_max_bytes": 96 << 20, "packed": 1},
     "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "unsliced_bytes": 32 << 20,
                    "slice_bytes": 16 << 20, "max_slices": 4, "reread_bytes": 8 << 30,
                    "min_source_entries": 8, "prefetch": 1},
@@ -31,7 +31,7 @@ DEFAULTS = {
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc",
-                            "banked", "banked_max_bytes"},
+                            "banked", "banked_max_bytes", "packed"},
             "cbsr_sspmm": {"persist", "minb", "u", "unsliced_bytes", "slice_bytes",
                            "max_slices", "slices", "reread_bytes", "min_source_entries",
                            "prefetch"},
@@ -202,14 +202,26 @@ def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
     return d + ((lanes - d) & 31) if nbuf > 1 else d
 
 
+def spgemm_packed(x_values) -> bool:
+    """Whether the forward gathers X's entries packed (``P_PACKED``: the caller hands it
+    each half-precision value and its index as one 32-bit word, fresh and aligned): where
+    the values are half-precision. Measured (H200, d = 256, bf16, the packing pass
+    included; BENCHMARKS.md): faster than values and indices apart at every k tried,
+    Reddit-sized k = 8 / 32 / 64 -10% / -11% / -22% (k = 16 -1%), products-sized -16% to
+    -31%, d = 512 -11% (k = 16) and -25% (k = 64)."""
+    return bool(option("cbsr_spgemm", "packed")) and x_values.element_size() == 2
+
+
 def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     """(defines, warps, shared bytes, persistent) of the forward SpGEMM (``edge_values``:
-    whether the edges carry values, or count 1 each)."""
+    whether the edges carry values, or count 1 each; ``P_PACKED``: whether the entries are
+    to be handed packed, :func:`spgemm_packed`)."""
     def opt(key):
         return option("cbsr_spgemm", key)
+    packed = spgemm_packed(x_values)
     lanes, qv, private = spgemm_lanes(
-        k, d, _aligned(x_values, 4 * x_values.element_size())
-        and _aligned(x_indices, 4 * x_indices.element_size()))
+        k, d, packed or (_aligned(x_values, 4 * x_values.element_size())
+                         and _aligned(x_indices, 4 * x_indices.element_size())))
     subs = 32 // lanes
     nbuf = subs if private else 1
     t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
@@ -227,7 +239,7 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
                "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
                "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
                "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size(),
-               "P_EDGE_VALUES": int(edge_values is not None)}
+               "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": int(packed)}
     return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
 
 

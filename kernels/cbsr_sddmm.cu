@@ -1,12 +1,12 @@
 // Gradient of the CBSR aggregation with respect to the edge values (SDDMM):
 //     dA[e] = sum_j dY[r_e, idx[c_e, j]] * X[c_e, j]      for each CSR entry e = (r_e, c_e)
 // Persistent warps take the edge groups (destination row r): dY[r] is staged in shared
-// memory; a sub-group of L lanes takes one edge, each lane a partial dot product over entries
-// j, j + L, ..., then a fixed butterfly reduction inside the sub-group. No atomics:
-// bit-deterministic.
+// memory; a sub-group of L lanes takes one edge, each lane a partial dot product over its
+// entries (QV consecutive ones per load, as the forward reads them), then a fixed butterfly
+// reduction inside the sub-group. No atomics: bit-deterministic.
 //
-// Run-time: k, d. Compile-time constants (-D): those of edge_groups.cuh (P_QV = 1,
-//   P_T = ceil(k / P_L)).
+// Run-time: k, d. Compile-time constants (-D): those of edge_groups.cuh (P_QV 4 when
+//   k % 4 == 0 and the rows allow 4-entry loads, else 1; P_T = ceil(k / (P_QV * P_L))).
 
 #include "edge_groups.cuh"
 
@@ -22,17 +22,18 @@ cbsr_sddmm(EDGE_GROUP_ARGS, const float* __restrict__ dy, const val_t* __restric
                                    [&](const int (&cc)[P_U], const float (&)[P_U],
                                        const bool (&ok)[P_U], const int (&le)[P_U],
                                        long long eb) {
+            float v[P_U][P_T][P_QV];
+            int ix[P_U][P_T][P_QV];
+            load_batch_entries(xv, xi, cc, ok, k, p.sl, v, ix);
             float acc[P_U];
 #pragma unroll
             for (int u = 0; u < P_U; ++u) {
                 acc[u] = 0.f;
-                const long long rb = (long long)cc[u] * k;
 #pragma unroll
-                for (int t = 0; t < P_T; ++t) {
-                    const int j = p.sl + t * P_L;
-                    if (ok[u] && j < k)
-                        acc[u] += buf[IDX_TO_INT(xi[rb + j])] * to_f32(xv[rb + j]);
-                }
+                for (int t = 0; t < P_T; ++t)
+#pragma unroll
+                    for (int q = 0; q < P_QV; ++q)
+                        if (ix[u][t][q] >= 0) acc[u] += buf[ix[u][t][q]] * v[u][t][q];
             }
 #pragma unroll
             for (int u = 0; u < P_U; ++u) {

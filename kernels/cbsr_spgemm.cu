@@ -117,20 +117,7 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
                                       const bool (&ok)[P_U], const int (&)[P_U], long long) {
             float v[P_U][P_T][P_QV];
             int ix[P_U][P_T][P_QV];
-#pragma unroll
-            for (int u = 0; u < P_U; ++u) {
-                const long long rb = (long long)cc[u] * k;
-#pragma unroll
-                for (int t = 0; t < P_T; ++t) {
-                    const int j = (p.sl + t * P_L) * P_QV;
-                    if (ok[u] && j < k) {
-                        load_entries(xv, xi, rb + j, v[u][t], ix[u][t]);
-                    } else {
-#pragma unroll
-                        for (int q = 0; q < P_QV; ++q) { v[u][t][q] = 0.f; ix[u][t][q] = -1; }
-                    }
-                }
-            }
+            load_batch_entries(xv, xi, cc, ok, k, p.sl, v, ix);
 #pragma unroll
             for (int u = 0; u < P_U; ++u) {
 #pragma unroll

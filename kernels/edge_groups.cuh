@@ -22,12 +22,12 @@
 //
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
 // P_U edges in flight per sub-group, P_QV entries per lane per load (1, 2 or 4: launch.py's
-// spgemm_lanes and sspmm_config say when), P_D4 (d % 4 == 0: float4 row access), P_MINB (min blocks per
-// SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16), IDX_BYTES (1 uint8, 2 uint16),
-// P_PREFETCH (staged rows copied one group ahead; P_D4 only), P_EDGE_VALUES (1: the
-// edges' values are read; 0: each edge counts the batch walk's `unit`), P_PACKED (half-
-// precision values only: each CBSR entry is one 32-bit word, the value's bits low and the
-// index high, so one load brings both; see load_entries).
+// spgemm_lanes, sspmm_config and sddmm_config say when), P_D4 (d % 4 == 0: float4 row
+// access), P_MINB (min blocks per SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16),
+// IDX_BYTES (1 uint8, 2 uint16), P_PREFETCH (staged rows copied one group ahead; P_D4
+// only), P_EDGE_VALUES (1: the edges' values are read; 0: each edge counts the batch walk's
+// `unit`), P_PACKED (half-precision values only: each CBSR entry is one 32-bit word, the
+// value's bits low and the index high, so one load brings both; see load_entries).
 
 #ifndef P_D4
 #define P_D4 1
@@ -161,6 +161,30 @@ __device__ __forceinline__ void load_entries(const val_t* xv, const idx_t* xi, l
     load_values(xv + off, v);
     load_indices(xi + off, ix);
 #endif
+}
+
+// This lane's CBSR entries of a batch's edges (for_each_edge_batch: edge slot u's source row
+// cc[u]), all loads in flight before any is used: slot u, step t holds entries
+// (sl + t * P_L) * P_QV .. + P_QV - 1 of the row, or index -1 (value 0) past the row's k
+// entries or where ok[u] is false.
+__device__ __forceinline__ void load_batch_entries(const val_t* xv, const idx_t* xi,
+                                                   const int (&cc)[P_U], const bool (&ok)[P_U],
+                                                   int k, int sl, float (&v)[P_U][P_T][P_QV],
+                                                   int (&ix)[P_U][P_T][P_QV]) {
+#pragma unroll
+    for (int u = 0; u < P_U; ++u) {
+        const long long rb = (long long)cc[u] * k;
+#pragma unroll
+        for (int t = 0; t < P_T; ++t) {
+            const int j = (sl + t * P_L) * P_QV;
+            if (ok[u] && j < k) {
+                load_entries(xv, xi, rb + j, v[u][t], ix[u][t]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < P_QV; ++q) { v[u][t][q] = 0.f; ix[u][t][q] = -1; }
+            }
+        }
+    }
 }
 
 // Copy row (d floats) times scale into the warp's shared-memory buffer.

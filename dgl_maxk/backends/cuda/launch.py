@@ -252,7 +252,7 @@ def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     lanes = _pow2ceil(min(-(-k // qv), 32))
     subs = 32 // lanes
     t = _pow2ceil(-(-k // (qv * lanes)))
-    u = option(kernel, "u") or max(1, min(8 // t, 32 // subs))
+    u = option(kernel, "u") or max(1, min(8 // (t * qv), 32 // subs))  # 8 entries a lane
     d4 = int(d % 4 == 0 and _aligned(grad_y, 16))
     prefetch = int(bool(option(kernel, "prefetch")) and d4 and 2 * d * 4 <= SMEM_DEFAULT)
     row_bytes = (1 + prefetch) * d * 4
@@ -274,8 +274,11 @@ def sspmm_config(k: int, d: int, grad_y, x_indices, edge_values=None):
 
 def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
     """(defines, warps, shared bytes, persistent) of the edge-gradient SDDMM."""
-    defines, warps, smem, persist = _row_kernel_config("cbsr_sddmm", k, d, grad_y, 1)
-    defines.update(VAL_KIND=value_kind(x_values.dtype), IDX_BYTES=x_indices.element_size())
+    qv = 4 if k % 4 == 0 and _aligned(x_values, 4 * x_values.element_size()) and _aligned(
+        x_indices, 4 * x_indices.element_size()) else 1
+    defines, warps, smem, persist = _row_kernel_config("cbsr_sddmm", k, d, grad_y, qv)
+    defines.update(P_QV=qv, VAL_KIND=value_kind(x_values.dtype),
+                   IDX_BYTES=x_indices.element_size())
     return defines, warps, smem, persist
 
 

@@ -433,7 +433,12 @@ def double(t):
 
 
 def check_all_three(plan, k, d, dtype=torch.float32, seed=None, tag=""):
-    xv, xi = random_cbsr(plan.num_src, k, d, dtype)
+    check_kernels_on(plan, *random_cbsr(plan.num_src, k, d, dtype), d, seed, tag)
+
+
+def check_kernels_on(plan, xv, xi, d, seed, tag):
+    """The forward, the SSpMM and the SDDMM on CBSR (xv, xi) against the reference."""
+    k, dtype = xv.shape[1], xv.dtype
     gy = torch.randn(plan.num_dst, d, device=DEV)
     for name, ev, rs in a_values(plan):
         poison()
@@ -497,6 +502,22 @@ def test_spgemm_half_values_packed_or_apart(d, dtype, packed):
                 y_ref = reference.cbsr_spgemm(plan, double(ev), xv.double(), xi, d, double(rs))
                 err = rel_err(y, y_ref)
                 assert err < TOL, f"err={err} seed={seed} k={k} d={d} {dtype} {name}"
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_misaligned_cbsr_rows(dtype):
+    """CBSR tensors at an odd storage offset (views into a larger buffer) cannot be read 4
+    entries at a time: the SSpMM and the SDDMM take 1-entry loads, the forward too with fp32
+    values (half values it packs afresh), and all match the reference."""
+    seed = fresh_seed()
+    plan = make_plan(mixed_degrees(50, launch.group_size()), num_src=70)
+    for k in (8, 32):
+        xv, xi = (torch.cat([t.new_zeros(1), t.flatten()])[1:].view_as(t)
+                  for t in random_cbsr(plan.num_src, k, 256, dtype))
+        gy = torch.randn(plan.num_dst, 256, device=DEV)
+        assert launch.sddmm_config(k, 256, gy, xv, xi)[0]["P_QV"] == 1
+        assert launch.sspmm_config(k, 256, gy, xi)[0]["P_QV"] == 1
+        check_kernels_on(plan, xv, xi, 256, seed, f"misaligned k={k}")
 
 
 @pytest.mark.parametrize("shape", [(37, 200), (61, 150), (1, 3000), (300, 30), (203, 203)])

@@ -671,6 +671,27 @@ def test_packed_entries_hold_each_value_low_and_its_index_high(d):
     assert launch.spgemm_config(24, d, values.float(), indices)[0]["P_PACKED"] == 0
 
 
+def test_misaligned_cbsr_rows_take_one_entry_loads():
+    """CBSR tensors at an odd storage offset (views into a larger buffer) cannot be read 4
+    entries at a time: the SDDMM, the SSpMM and the forward with fp32 values plan 1-entry
+    loads; a half-precision forward packs its entries afresh and keeps wide loads (CPU: the
+    launch plans)."""
+    from dgl_maxk.backends.cuda import launch
+    n, k, d = 6, 32, 256
+    gy = torch.zeros(n, d)
+
+    def offset(t):  # the same rows one element into a larger buffer
+        return torch.cat([t.new_zeros(1), t.flatten()])[1:].view_as(t)
+    values, indices = torch.zeros(n, k), torch.zeros(n, k, dtype=torch.uint8)
+    assert launch.sddmm_config(k, d, gy, values, indices)[0]["P_QV"] == 4
+    assert launch.sddmm_config(k, d, gy, offset(values), indices)[0]["P_QV"] == 1
+    assert launch.sddmm_config(k, d, gy, values, offset(indices))[0]["P_QV"] == 1
+    assert launch.sspmm_config(k, d, gy, offset(indices))[0]["P_QV"] == 1
+    assert launch.spgemm_config(k, d, offset(values), indices)[0]["P_QV"] == 1
+    half = offset(values.to(torch.bfloat16))
+    assert launch.spgemm_config(k, d, half, offset(indices))[0]["P_QV"] == 4
+
+
 def test_forward_private_buffers_start_in_distinct_banks():
     """The forward's private buffers (one per sub-group) lie a stride apart that puts each
     sub-group's column c in its own shared-memory bank, for every width: at least d floats,

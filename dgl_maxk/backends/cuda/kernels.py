@@ -246,9 +246,11 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
 
 def _packed_entries(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Half-precision CBSR entries as 32-bit words (N x k int32): the value's bits low, the
-    index high (little-endian pairs), one pass over N x k."""
-    halves = (values.view(torch.int16), indices.to(torch.int16))
-    return torch.stack(halves, dim=-1).flatten(-2).view(torch.int32)
+    index high (little-endian pairs), written in place (no temporaries)."""
+    words = torch.empty((*values.shape, 2), dtype=torch.int16, device=values.device)
+    words[..., 0] = values.view(torch.int16)
+    words[..., 1] = indices  # uint8 widens to int16; int16 is copied as it is
+    return words.flatten(-2).view(torch.int32)
 
 
 def _zero_rows(y: torch.Tensor, rows: torch.Tensor) -> None:

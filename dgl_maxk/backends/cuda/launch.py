@@ -206,9 +206,9 @@ def spgemm_packed(x_values) -> bool:
     """Whether the forward gathers X's entries packed (``P_PACKED``: the caller hands it
     each half-precision value and its index as one 32-bit word, fresh and aligned): where
     the values are half-precision. Measured (H200, d = 256, bf16, the packing pass
-    included; BENCHMARKS.md): faster than values and indices apart at every k tried,
-    Reddit-sized k = 8 / 32 / 64 -10% / -11% / -22% (k = 16 -1%), products-sized -16% to
-    -31%, d = 512 -11% (k = 16) and -25% (k = 64)."""
+    included; BENCHMARKS.md): against values and indices apart, Reddit-sized k = 8 / 32 /
+    64 -10% / -11% / -22% (k = 16 level: -0.6%, within the rounds' spread),
+    products-sized -16% to -31%, d = 512 -11% (k = 16) and -25% (k = 64)."""
     return bool(option("cbsr_spgemm", "packed")) and x_values.element_size() == 2
 
 

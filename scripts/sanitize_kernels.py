@@ -133,8 +133,8 @@ def check_graph_kernels(group_size, dev) -> int:
             ok = all(e < 1e-5 for e in errs)
             bad += not ok
             print(f"G={group_size} d={d} k={k} {dtype} {values}: spgemm/spgemm with entries "
-                  f"apart/sspmm/sspmm in 3 source slices/sddmm rel err {' '.join(f'{e:.2e}' for e in errs)} "
-                  f"{'ok' if ok else 'BAD'}")
+                  f"apart/sspmm/sspmm in 3 source slices/sddmm rel err "
+                  f"{' '.join(f'{e:.2e}' for e in errs)} {'ok' if ok else 'BAD'}")
     return bad
 
 

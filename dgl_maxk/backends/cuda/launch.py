@@ -89,6 +89,12 @@ def _aligned(t: torch.Tensor, nbytes: int) -> bool:
     return t.data_ptr() % nbytes == 0
 
 
+def _four_entry_loads(*tensors) -> bool:
+    """Whether 4 consecutive entries of each of these CBSR tensors (values, indices) load
+    as one vector (the tensor starts at a multiple of 4 entries' bytes)."""
+    return all(_aligned(t, 4 * t.element_size()) for t in tensors)
+
+
 def float4_rows(*tensors) -> bool:
     """Whether the rows of these 2-D fp32 tensors can be read as float4 vectors (contiguous,
     width a multiple of 4, 16-byte aligned)."""
@@ -219,9 +225,7 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     def opt(key):
         return option("cbsr_spgemm", key)
     packed = spgemm_packed(x_values)
-    lanes, qv, private = spgemm_lanes(
-        k, d, packed or (_aligned(x_values, 4 * x_values.element_size())
-                         and _aligned(x_indices, 4 * x_indices.element_size())))
+    lanes, qv, private = spgemm_lanes(k, d, packed or _four_entry_loads(x_values, x_indices))
     subs = 32 // lanes
     nbuf = subs if private else 1
     t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
@@ -265,7 +269,7 @@ def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
 def sspmm_config(k: int, d: int, grad_y, x_indices, edge_values=None):
     """(defines, warps, shared bytes, persistent) of the backward SSpMM (``edge_values`` as
     in :func:`spgemm_config`)."""
-    qv = 4 if k % 4 == 0 and _aligned(x_indices, 4 * x_indices.element_size()) else 1
+    qv = 4 if k % 4 == 0 and _four_entry_loads(x_indices) else 1
     defines, warps, smem, persist = _row_kernel_config("cbsr_sspmm", k, d, grad_y, qv)
     defines.update(P_QV=qv, IDX_BYTES=x_indices.element_size(),
                    P_EDGE_VALUES=int(edge_values is not None))
@@ -274,8 +278,7 @@ def sspmm_config(k: int, d: int, grad_y, x_indices, edge_values=None):
 
 def sddmm_config(k: int, d: int, grad_y, x_values, x_indices):
     """(defines, warps, shared bytes, persistent) of the edge-gradient SDDMM."""
-    qv = 4 if k % 4 == 0 and _aligned(x_values, 4 * x_values.element_size()) and _aligned(
-        x_indices, 4 * x_indices.element_size()) else 1
+    qv = 4 if k % 4 == 0 and _four_entry_loads(x_values, x_indices) else 1
     defines, warps, smem, persist = _row_kernel_config("cbsr_sddmm", k, d, grad_y, qv)
     defines.update(P_QV=qv, VAL_KIND=value_kind(x_values.dtype),
                    IDX_BYTES=x_indices.element_size())

@@ -256,7 +256,11 @@ def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     lanes = _pow2ceil(min(-(-k // qv), 32))
     subs = 32 // lanes
     t = _pow2ceil(-(-k // (qv * lanes)))
-    u = option(kernel, "u") or max(1, min(8 // (t * qv), 32 // subs))  # 8 entries a lane
+    # entries a lane has in flight: 8 with 4-entry loads, 4 with 1-entry ones, which spill
+    # past 4 under the 48-register cap (H200, Reddit-sized SDDMM, k = 15 / 30 / 31 / 62 and
+    # rows misaligned at k = 32: 3-9% faster than with 8; BENCHMARKS.md)
+    in_flight = 8 if qv == 4 else 4
+    u = option(kernel, "u") or max(1, min(in_flight // (t * qv), 32 // subs))
     d4 = int(d % 4 == 0 and _aligned(grad_y, 16))
     prefetch = int(bool(option(kernel, "prefetch")) and d4 and 2 * d * 4 <= SMEM_DEFAULT)
     row_bytes = (1 + prefetch) * d * 4

@@ -436,17 +436,22 @@ def check_all_three(plan, k, d, dtype=torch.float32, seed=None, tag=""):
     check_kernels_on(plan, *random_cbsr(plan.num_src, k, d, dtype), d, seed, tag)
 
 
+def check_spgemm(plan, ev, rs, xv, xi, d, what):
+    """The forward on CBSR (xv, xi), A's values ev or row scales rs, against the reference."""
+    poison()
+    y = cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs)
+    y_ref = reference.cbsr_spgemm(plan, double(ev), xv.double(), xi, d, double(rs))
+    assert y.dtype == torch.promote_types(xv.dtype, torch.float32)
+    err = rel_err(y, y_ref)
+    assert err < TOL, f"spgemm err={err} k={xv.shape[1]} d={d} {xv.dtype} {what}"
+
+
 def check_kernels_on(plan, xv, xi, d, seed, tag):
     """The forward, the SSpMM and the SDDMM on CBSR (xv, xi) against the reference."""
     k, dtype = xv.shape[1], xv.dtype
     gy = torch.randn(plan.num_dst, d, device=DEV)
     for name, ev, rs in a_values(plan):
-        poison()
-        y = cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs)
-        y_ref = reference.cbsr_spgemm(plan, double(ev), xv.double(), xi, d, double(rs))
-        assert y.dtype == torch.promote_types(xv.dtype, torch.float32)
-        err = rel_err(y, y_ref)
-        assert err < TOL, f"spgemm err={err} seed={seed} k={k} d={d} {dtype} {name} {tag}"
+        check_spgemm(plan, ev, rs, xv, xi, d, f"seed={seed} {name} {tag}")
         poison()
         gx = cuda.cbsr_sspmm(plan, ev, gy, xi, rs)
         gx_ref = reference.cbsr_sspmm(plan, double(ev), gy.double(), xi, double(rs))
@@ -497,11 +502,7 @@ def test_spgemm_half_values_packed_or_apart(d, dtype, packed):
             xv, xi = random_cbsr(plan.num_src, k, d, dtype)
             assert launch.spgemm_config(k, d, xv, xi)[0]["P_PACKED"] == packed
             for name, ev, rs in a_values(plan):
-                poison()
-                y = cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs)
-                y_ref = reference.cbsr_spgemm(plan, double(ev), xv.double(), xi, d, double(rs))
-                err = rel_err(y, y_ref)
-                assert err < TOL, f"err={err} seed={seed} k={k} d={d} {dtype} {name}"
+                check_spgemm(plan, ev, rs, xv, xi, d, f"seed={seed} {name}")
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

@@ -467,6 +467,8 @@ BWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("slices4", {"slices": 4}), ("minb5-u2", {"minb": 5, "u": 2})]
 SDDMM_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                   ("minb5", {"minb": 5})]
+#: The forward on bf16 values: each entry's value and index in one word, or read apart.
+FWD_BF16_VARIANTS = [("packed", {"packed": 1}), ("apart", {"packed": 0})]
 
 
 def _time_variants(kernel, variants, fn, args, flush, device):
@@ -486,13 +488,17 @@ def tune(plan, h, dy, d, args, flush, device):
     """Kernel variants (launch overrides) and edge-group sizes, timed side by side (the mean
     aggregation, as :func:`time_k` times it)."""
     rs = plan.node_scale("right", "dst", torch.float32)
-    out = {"spgemm": {}, "sspmm": {}, "sddmm": {}, "group_size": {}}
+    out = {"spgemm": {}, "spgemm_bf16": {}, "sspmm": {}, "sddmm": {}, "group_size": {}}
     for k in (int(k) for k in args.ks.split(",")):
         xv, xi = cuda.maxk_cbsr(h, k)
+        xb = xv.to(torch.bfloat16)
         timed = {
             "spgemm": _time_variants("cbsr_spgemm", FWD_VARIANTS,
                                      lambda: cuda.cbsr_spgemm(plan, None, xv, xi, d, rs), args,
                                      flush, device),
+            "spgemm_bf16": _time_variants("cbsr_spgemm", FWD_BF16_VARIANTS,
+                                          lambda: cuda.cbsr_spgemm(plan, None, xb, xi, d, rs),
+                                          args, flush, device),
             "sspmm": _time_variants("cbsr_sspmm", BWD_VARIANTS,
                                     lambda: cuda.cbsr_sspmm(plan, None, dy, xi, rs), args,
                                     flush, device),
@@ -502,11 +508,11 @@ def tune(plan, h, dy, d, args, flush, device):
         for table, per_name in timed.items():
             for name, ms in per_name.items():
                 out[table].setdefault(name, {})[k] = ms
-    for table in ("spgemm", "sspmm", "sddmm"):
+    for table in ("spgemm", "spgemm_bf16", "sspmm", "sddmm"):
         for name, per_k in out[table].items():
-            print(f"tune {table:6s} {name:18s} " +
+            print(f"tune {table:11s} {name:18s} " +
                   " ".join(f"k={k}: {v:.3f}" for k, v in per_k.items()), flush=True)
-    for gs in (256, 512):
+    for gs in (128, 256, 512):
         row = {}
         with launch.overrides(group_size=gs):
             for k in (8, 32):

@@ -20,8 +20,8 @@
 // on columns equal mod L, which the top-k kernel's bank order (maxk_cbsr.cu) makes rare.
 // Measured (H200, Reddit-sized, k = 32): shared-memory wavefronts 918M -> 638M, 4.9 -> 4.5 ms.
 //
-// X's entries come as values xv and indices xi, or (P_PACKED, half-precision values) as
-// one 32-bit word each at xv (load_entries).
+// X's entries come as values xv and indices xi, or (P_PACKED) each value with its index
+// at xv: one 32-bit word for half-precision values, an int32 pair for fp32 (load_entries).
 //
 // Run-time: k (CBSR entries per row), d (width). Compile-time constants (-D): those of
 //   edge_groups.cuh (P_T = ceil(k / (P_L * P_QV))), and P_ATOM (shared-memory atomics),

@@ -26,8 +26,10 @@
 // access), P_MINB (min blocks per SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16),
 // IDX_BYTES (1 uint8, 2 uint16), P_PREFETCH (staged rows copied one group ahead; P_D4
 // only), P_EDGE_VALUES (1: the edges' values are read; 0: each edge counts the batch walk's
-// `unit`), P_PACKED (half-precision values only: each CBSR entry is one 32-bit word, the
-// value's bits low and the index high, so one load brings both; see load_entries).
+// `unit`), P_PACKED (how X's entries come, launch.py's spgemm_packed: 0 values and
+// indices apart; 1 half-precision values, each entry one 32-bit word, the value's bits low
+// and the index high; 2 fp32 values, each entry an int32 pair, value bits then index; so
+// that one load brings both; see load_entries).
 
 #ifndef P_D4
 #define P_D4 1
@@ -134,28 +136,39 @@ __device__ __forceinline__ void load_values(const val_t* pv, float (&v)[P_QV]) {
 }
 
 // P_QV consecutive CBSR entries of a row (values as fp32, indices), from entry offset off
-// (P_QV-aligned) of the values xv and indices xi, or with P_PACKED of the packed words at xv
-// (xi unused). Packed, a gathered row of k entries is one k * 4-byte run: one L1 wavefront
-// an edge where values and indices took two (H200, bf16 values, k = 32: Reddit-sized 4.73 ->
-// 4.22 ms, products-sized 9.87 -> 7.22; BENCHMARKS.md).
+// (P_QV-aligned) of the values xv and indices xi, or with P_PACKED of the words or pairs at
+// xv (xi unused). Packed or paired, a gathered row is one run: one L1 wavefront an edge
+// where values and indices took two (H200: bf16 values, k = 32, Reddit-sized 4.73 -> 4.22
+// ms; fp32 pairs, k = 8, products-sized 5.67 -> 4.35; BENCHMARKS.md).
 __device__ __forceinline__ void load_entries(const val_t* xv, const idx_t* xi, long long off,
                                              float (&v)[P_QV], int (&ix)[P_QV]) {
 #if P_PACKED
-    static_assert(VAL_KIND != 0, "packed entries hold half-precision values");
-    const unsigned int* pp = reinterpret_cast<const unsigned int*>(xv) + off;
-#if P_QV == 4
-    const uint4 q = *reinterpret_cast<const uint4*>(pp);
-    const unsigned int w[4] = {q.x, q.y, q.z, q.w};
-#elif P_QV == 2
-    const uint2 q = *reinterpret_cast<const uint2*>(pp);
-    const unsigned int w[2] = {q.x, q.y};
-#else
-    const unsigned int w[1] = {*pp};
-#endif
+    // a packed entry is one 32-bit word, a paired one two (value bits, then index)
+    constexpr int W = P_PACKED == 2 ? 2 : 1, N = P_QV * W;
+    static_assert((P_PACKED == 2) == (VAL_KIND == 0), "pairs hold fp32, words half values");
+    const unsigned int* pw = reinterpret_cast<const unsigned int*>(xv) + off * W;
+    unsigned int w[N];
+#pragma unroll
+    for (int i = 0; i < N; i += 4 < N ? 4 : N) {  // the widest vectors: N words, N * 4 bytes
+        if constexpr (N >= 4) {
+            const uint4 q = *reinterpret_cast<const uint4*>(pw + i);
+            w[i] = q.x; w[i + 1] = q.y; w[i + 2] = q.z; w[i + 3] = q.w;
+        } else if constexpr (N == 2) {
+            const uint2 q = *reinterpret_cast<const uint2*>(pw + i);
+            w[i] = q.x; w[i + 1] = q.y;
+        } else {
+            w[i] = pw[i];
+        }
+    }
 #pragma unroll
     for (int q = 0; q < P_QV; ++q) {
+#if P_PACKED == 2
+        v[q] = __uint_as_float(w[2 * q]);
+        ix[q] = (int)w[2 * q + 1];
+#else
         v[q] = to_f32((unsigned short)(w[q] & 0xffff));
         ix[q] = (int)(w[q] >> 16);
+#endif
     }
 #else
     load_values(xv + off, v);

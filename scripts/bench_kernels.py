@@ -461,7 +461,8 @@ def main(argv=None) -> int:
 FWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5", {"minb": 5}), ("minb5-u4", {"minb": 5, "u": 4}),
                 ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv1", {"minb": 4, "qv": 0}),
-                ("minb5-qv1", {"minb": 5, "qv": 0}), ("gather-only", {"noacc": 1})]
+                ("minb5-qv1", {"minb": 5, "qv": 0}), ("gather-only", {"noacc": 1}),
+                ("apart", {"packed": 0})]
 BWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5", {"minb": 5}), ("slices1", {"slices": 1}), ("slices2", {"slices": 2}),
                 ("slices4", {"slices": 4}), ("minb5-u2", {"minb": 5, "u": 2})]

@@ -139,7 +139,7 @@ def check_graph_kernels(group_size, dev) -> int:
 
 
 def spgemm_apart(plan, ev, xv, xi, d, rs):
-    """The forward reading half-precision values and indices apart (not packed)."""
+    """The forward reading values and indices apart (neither packed nor paired)."""
     with launch.overrides(cbsr_spgemm={"packed": 0}):
         return cuda.cbsr_spgemm(plan, ev, xv, xi, d, rs)
 

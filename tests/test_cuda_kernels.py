@@ -487,20 +487,23 @@ def test_dtypes_and_widths(d, dtype, group_size):
         check_all_three(plan, k, d, dtype, seed=seed, tag=f"G={group_size}")
 
 
-@pytest.mark.parametrize("packed", [1, 0], ids=["packed", "apart"])
-@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("packed", [1, 0], ids=["one_load", "apart"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("d", [64, 384])
-def test_spgemm_half_values_packed_or_apart(d, dtype, packed):
-    """The forward's two ways to gather half-precision entries, each value and its index in
-    one 32-bit word or read apart, against the reference: every k at d = 64 (8-bit indices),
-    the forward's load widths at d = 384 (16-bit indices), each A form."""
+def test_spgemm_entries_in_one_load_or_apart(d, dtype, packed):
+    """The forward's ways to gather CBSR entries, each value with its index in one load
+    (half-precision values packed in a 32-bit word; fp32 ones paired, here at every k) or
+    values and indices apart, against the reference: every k at d = 64 (8-bit indices), the
+    forward's load widths at d = 384 (16-bit indices), each A form."""
     seed = fresh_seed()
     plan = make_plan(mixed_degrees(61, launch.group_size()), num_src=90)
     ks = k_values(d) if d <= 64 else [1, 3, 4, 8, 16, 20, 32, 48, 64, 100, 128, 256, d]
-    with launch.overrides(cbsr_spgemm={"packed": packed}):
+    form = (launch.ENTRIES_APART if not packed else launch.ENTRIES_PAIRED
+            if dtype == torch.float32 else launch.ENTRIES_PACKED)
+    with launch.overrides(cbsr_spgemm={"packed": packed, "pairs_max_k": d}):
         for k in ks:
             xv, xi = random_cbsr(plan.num_src, k, d, dtype)
-            assert launch.spgemm_config(k, d, xv, xi)[0]["P_PACKED"] == packed
+            assert launch.spgemm_config(k, d, xv, xi)[0]["P_PACKED"] == form
             for name, ev, rs in a_values(plan):
                 check_spgemm(plan, ev, rs, xv, xi, d, f"seed={seed} {name}")
 
@@ -509,7 +512,8 @@ def test_spgemm_half_values_packed_or_apart(d, dtype, packed):
 def test_misaligned_cbsr_rows(dtype):
     """CBSR tensors at an odd storage offset (views into a larger buffer) cannot be read 4
     entries at a time: the SSpMM and the SDDMM take 1-entry loads, the forward too with fp32
-    values (half values it packs afresh), and all match the reference."""
+    values of wide rows (half values and short fp32 rows it writes afresh, packed or
+    paired), and all match the reference."""
     seed = fresh_seed()
     plan = make_plan(mixed_degrees(50, launch.group_size()), num_src=70)
     for k in (8, 32):

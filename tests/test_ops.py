@@ -652,30 +652,43 @@ def test_top_k_bank_order_is_the_forwards_lane_plan(d):
 
 
 @pytest.mark.parametrize("d", [256, 1000])
-def test_packed_entries_hold_each_value_low_and_its_index_high(d):
-    """The forward gathers half-precision entries packed, each value's bits and its index in
-    one 32-bit word (CPU: the packing and the launch plan; the GPU tests run the kernel)."""
+def test_forward_entries_hold_each_value_with_its_index(d):
+    """The forward gathers each entry in one load: half-precision values packed with their
+    index in one 32-bit word (value low, index high), fp32 values of rows of at most
+    ``pairs_max_k`` entries paired with it as two int32 (CPU: the writing and the launch
+    plans; the GPU tests run the kernel)."""
     from dgl_maxk.backends.cuda import launch
-    from dgl_maxk.backends.cuda.kernels import _packed_entries
+    from dgl_maxk.backends.cuda.kernels import _entries
     from dgl_maxk.sparse.cbsr import index_dtype
-    for dtype in (torch.float16, torch.bfloat16):
-        values = torch.randn(50, 24).to(dtype)
-        indices = torch.randint(0, d, (50, 24)).to(index_dtype(d))
-        words = _packed_entries(values, indices)
-        assert words.dtype == torch.int32 and words.shape == values.shape
-        assert torch.equal(words & 0xffff, values.view(torch.int16).to(torch.int32) & 0xffff)
-        assert torch.equal(words >> 16, indices.to(torch.int32))
-        assert launch.spgemm_config(24, d, values, indices)[0]["P_PACKED"] == 1
+    max_k = launch.DEFAULTS["cbsr_spgemm"]["pairs_max_k"]
+    for k in (max_k, max_k + 8):
+        indices = torch.randint(0, d, (50, k)).to(index_dtype(d))
+        for dtype in (torch.float16, torch.bfloat16):
+            values = torch.randn(50, k).to(dtype)
+            assert launch.spgemm_config(k, d, values, indices)[0]["P_PACKED"] == 1
+            words = _entries(launch.ENTRIES_PACKED, values, indices)
+            assert words.dtype == torch.int32 and words.shape == values.shape
+            assert torch.equal(words & 0xffff,
+                               values.view(torch.int16).to(torch.int32) & 0xffff)
+            assert torch.equal(words >> 16, indices.to(torch.int32))
+        values = torch.randn(50, k)
+        assert launch.spgemm_config(k, d, values, indices)[0]["P_PACKED"] == (
+            launch.ENTRIES_PAIRED if k <= max_k else launch.ENTRIES_APART)
+        pairs = _entries(launch.ENTRIES_PAIRED, values, indices)
+        assert pairs.dtype == torch.int32 and pairs.shape == (50, k, 2)
+        assert torch.equal(pairs[..., 0], values.view(torch.int32))
+        assert torch.equal(pairs[..., 1], indices.to(torch.int32))
+        assert _entries(launch.ENTRIES_APART, values, indices) is values
         with launch.overrides(cbsr_spgemm={"packed": 0}):
-            assert launch.spgemm_config(24, d, values, indices)[0]["P_PACKED"] == 0
-    assert launch.spgemm_config(24, d, values.float(), indices)[0]["P_PACKED"] == 0
+            for v in (values, values.half()):
+                assert launch.spgemm_config(k, d, v, indices)[0]["P_PACKED"] == 0
 
 
 def test_misaligned_cbsr_rows_take_one_entry_loads():
     """CBSR tensors at an odd storage offset (views into a larger buffer) cannot be read 4
-    entries at a time: the SDDMM, the SSpMM and the forward with fp32 values plan 1-entry
-    loads; a half-precision forward packs its entries afresh and keeps wide loads (CPU: the
-    launch plans)."""
+    entries at a time: the SDDMM, the SSpMM and the forward with fp32 values of wide rows
+    plan 1-entry loads; a forward on half-precision values or short fp32 rows writes its
+    entries afresh (packed, paired) and keeps wide loads (CPU: the launch plans)."""
     from dgl_maxk.backends.cuda import launch
     n, k, d = 6, 32, 256
     gy = torch.zeros(n, d)
@@ -690,6 +703,9 @@ def test_misaligned_cbsr_rows_take_one_entry_loads():
     assert launch.spgemm_config(k, d, offset(values), indices)[0]["P_QV"] == 1
     half = offset(values.to(torch.bfloat16))
     assert launch.spgemm_config(k, d, half, offset(indices))[0]["P_QV"] == 4
+    short = launch.DEFAULTS["cbsr_spgemm"]["pairs_max_k"]
+    assert launch.spgemm_config(short, d, offset(values[:, :short].contiguous()),
+                                offset(indices[:, :short].contiguous()))[0]["P_QV"] > 1
 
 
 def test_forward_private_buffers_start_in_distinct_banks():

@@ -235,7 +235,7 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
     if num_groups == 0:
         return y
     config = heuristics.spgemm_config(k, d, x_values, x_indices, edge_values)
-    entries = _packed_entries(x_values, x_indices) if config[0]["P_PACKED"] else x_values
+    entries = _entries(config[0]["P_PACKED"], x_values, x_indices)
     _launch_over_groups(
         "cbsr_spgemm", config, num_groups, x_values.device,
         (ptr(group_row), ptr(group_start), ptr(col), _ptr_or_null(edge_values),
@@ -244,13 +244,19 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
     return y
 
 
-def _packed_entries(values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """Half-precision CBSR entries as 32-bit words (N x k int32): the value's bits low, the
-    index high (little-endian pairs), written in place (no temporaries)."""
-    words = torch.empty((*values.shape, 2), dtype=torch.int16, device=values.device)
-    words[..., 0] = values.view(torch.int16)
-    words[..., 1] = indices  # uint8 widens to int16; int16 is copied as it is
-    return words.flatten(-2).view(torch.int32)
+def _entries(form: int, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """X's entries as the forward gathers them (``launch.spgemm_packed``): the values as
+    they are (the kernel reads the indices apart), or each entry's value bits and index
+    written side by side, in place (no temporaries): half-precision values as int16 pairs
+    (one 32-bit word, value low, index high, little-endian), fp32 ones as int32 pairs."""
+    if form == heuristics.ENTRIES_APART:
+        return values
+    half = form == heuristics.ENTRIES_PACKED
+    word = torch.int16 if half else torch.int32
+    pairs = torch.empty((*values.shape, 2), dtype=word, device=values.device)
+    pairs[..., 0] = values.view(word)
+    pairs[..., 1] = indices  # widened; int16 indices copied as they are
+    return pairs.flatten(-2).view(torch.int32) if half else pairs
 
 
 def _zero_rows(y: torch.Tensor, rows: torch.Tensor) -> None:

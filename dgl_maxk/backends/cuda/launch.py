@@ -20,7 +20,8 @@ from .runtime import SMEM_DEFAULT
 DEFAULTS = {
     "group_size": 256,
     "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
-                    "banked": 1, "banked_max_bytes": 96 << 20, "packed": 1},
+                    "banked": 1, "banked_max_bytes": 96 << 20, "packed": 1,
+                    "pairs_max_k": 16},
     "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "unsliced_bytes": 32 << 20,
                    "slice_bytes": 16 << 20, "max_slices": 4, "reread_bytes": 8 << 30,
                    "min_source_entries": 8, "prefetch": 1},
@@ -31,7 +32,7 @@ DEFAULTS = {
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
 _OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc",
-                            "banked", "banked_max_bytes", "packed"},
+                            "banked", "banked_max_bytes", "packed", "pairs_max_k"},
             "cbsr_sspmm": {"persist", "minb", "u", "unsliced_bytes", "slice_bytes",
                            "max_slices", "slices", "reread_bytes", "min_source_entries",
                            "prefetch"},
@@ -208,24 +209,39 @@ def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
     return d + ((lanes - d) & 31) if nbuf > 1 else d
 
 
-def spgemm_packed(x_values) -> bool:
-    """Whether the forward gathers X's entries packed (``P_PACKED``: the caller hands it
-    each half-precision value and its index as one 32-bit word, fresh and aligned): where
-    the values are half-precision. Measured (H200, d = 256, bf16, the packing pass
-    included; BENCHMARKS.md): against values and indices apart, Reddit-sized k = 8 / 32 /
-    64 -10% / -11% / -22% (k = 16 level: -0.6%, within the rounds' spread),
-    products-sized -16% to -31%, d = 512 -11% (k = 16) and -25% (k = 64)."""
-    return bool(option("cbsr_spgemm", "packed")) and x_values.element_size() == 2
+#: ``P_PACKED``: how the forward's launch hands it X's entries (kernels.py writes them).
+ENTRIES_APART, ENTRIES_PACKED, ENTRIES_PAIRED = 0, 1, 2
+
+
+def spgemm_packed(x_values) -> int:
+    """How the forward gathers X's entries (``P_PACKED``; the caller writes them afresh,
+    aligned): half-precision values packed with their indices, each entry one 32-bit word
+    (value bits low, index high); fp32 values of rows of at most ``pairs_max_k`` entries
+    paired with their indices as int32 (8 bytes an entry); else values and indices apart.
+    Either way an entry comes in one load, one L1 wavefront an edge where apart took two.
+    Measured (H200, d = 256, the packing pass included; BENCHMARKS.md), against apart:
+    packed bf16 Reddit-sized k = 8 / 32 / 64 -10% / -11% / -22% (k = 16 level),
+    products-sized -16% to -31%, d = 512 -11% (k = 16) and -25% (k = 64); paired fp32
+    Reddit-sized k = 4 / 8 / 12 / 16 -8% / +1% / -7% / -3%, products-sized k = 8 / 16
+    -23% / -15%, but k = 24 / 32 / 64 +7% / +12% / +28% (8 bytes an entry against 5)."""
+    if not option("cbsr_spgemm", "packed"):
+        return ENTRIES_APART
+    if x_values.element_size() == 2:
+        return ENTRIES_PACKED
+    if x_values.shape[1] <= option("cbsr_spgemm", "pairs_max_k"):
+        return ENTRIES_PAIRED
+    return ENTRIES_APART
 
 
 def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     """(defines, warps, shared bytes, persistent) of the forward SpGEMM (``edge_values``:
-    whether the edges carry values, or count 1 each; ``P_PACKED``: whether the entries are
-    to be handed packed, :func:`spgemm_packed`)."""
+    whether the edges carry values, or count 1 each; ``P_PACKED``: how the entries are to
+    be handed, :func:`spgemm_packed`)."""
     def opt(key):
         return option("cbsr_spgemm", key)
     packed = spgemm_packed(x_values)
-    lanes, qv, private = spgemm_lanes(k, d, packed or _four_entry_loads(x_values, x_indices))
+    aligned = packed != ENTRIES_APART or _four_entry_loads(x_values, x_indices)
+    lanes, qv, private = spgemm_lanes(k, d, aligned)
     subs = 32 // lanes
     nbuf = subs if private else 1
     t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
@@ -243,7 +259,7 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
                "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
                "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
                "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size(),
-               "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": int(packed)}
+               "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": packed}
     return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
 
 

@@ -26,7 +26,7 @@
 // access), P_MINB (min blocks per SM), WARPS per block, VAL_KIND (0 fp32, 1 fp16, 2 bf16),
 // IDX_BYTES (1 uint8, 2 uint16), P_PREFETCH (staged rows copied one group ahead; P_D4
 // only), P_EDGE_VALUES (1: the edges' values are read; 0: each edge counts the batch walk's
-// `unit`), P_PACKED (how X's entries come, launch.py's spgemm_packed: 0 values and
+// `unit`), P_PACKED (how X's entries come, launch.py's spgemm_entries: 0 values and
 // indices apart; 1 half-precision values, each entry one 32-bit word, the value's bits low
 // and the index high; 2 fp32 values, each entry an int32 pair, value bits then index; so
 // that one load brings both; see load_entries).
@@ -135,6 +135,25 @@ __device__ __forceinline__ void load_values(const val_t* pv, float (&v)[P_QV]) {
 #endif
 }
 
+// n consecutive 32-bit words from p (n * 4-byte aligned, n = 1, 2 or a multiple of 4) in
+// the widest vector loads.
+template <int n>
+__device__ __forceinline__ void load_words(const unsigned int* p, unsigned int (&w)[n]) {
+    if constexpr (n % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < n; i += 4) {
+            const uint4 q = *reinterpret_cast<const uint4*>(p + i);
+            w[i] = q.x; w[i + 1] = q.y; w[i + 2] = q.z; w[i + 3] = q.w;
+        }
+    } else if constexpr (n == 2) {
+        const uint2 q = *reinterpret_cast<const uint2*>(p);
+        w[0] = q.x; w[1] = q.y;
+    } else {
+        static_assert(n == 1, "1, 2 or a multiple of 4 words");
+        w[0] = *p;
+    }
+}
+
 // P_QV consecutive CBSR entries of a row (values as fp32, indices), from entry offset off
 // (P_QV-aligned) of the values xv and indices xi, or with P_PACKED of the words or pairs at
 // xv (xi unused). Packed or paired, a gathered row is one run: one L1 wavefront an edge
@@ -144,22 +163,10 @@ __device__ __forceinline__ void load_entries(const val_t* xv, const idx_t* xi, l
                                              float (&v)[P_QV], int (&ix)[P_QV]) {
 #if P_PACKED
     // a packed entry is one 32-bit word, a paired one two (value bits, then index)
-    constexpr int W = P_PACKED == 2 ? 2 : 1, N = P_QV * W;
+    constexpr int W = P_PACKED == 2 ? 2 : 1;
     static_assert((P_PACKED == 2) == (VAL_KIND == 0), "pairs hold fp32, words half values");
-    const unsigned int* pw = reinterpret_cast<const unsigned int*>(xv) + off * W;
-    unsigned int w[N];
-#pragma unroll
-    for (int i = 0; i < N; i += 4 < N ? 4 : N) {  // the widest vectors: N words, N * 4 bytes
-        if constexpr (N >= 4) {
-            const uint4 q = *reinterpret_cast<const uint4*>(pw + i);
-            w[i] = q.x; w[i + 1] = q.y; w[i + 2] = q.z; w[i + 3] = q.w;
-        } else if constexpr (N == 2) {
-            const uint2 q = *reinterpret_cast<const uint2*>(pw + i);
-            w[i] = q.x; w[i + 1] = q.y;
-        } else {
-            w[i] = pw[i];
-        }
-    }
+    unsigned int w[P_QV * W];
+    load_words(reinterpret_cast<const unsigned int*>(xv) + off * W, w);
 #pragma unroll
     for (int q = 0; q < P_QV; ++q) {
 #if P_PACKED == 2

@@ -498,8 +498,10 @@ def test_spgemm_entries_in_one_load_or_apart(d, dtype, packed):
     seed = fresh_seed()
     plan = make_plan(mixed_degrees(61, launch.group_size()), num_src=90)
     ks = k_values(d) if d <= 64 else [1, 3, 4, 8, 16, 20, 32, 48, 64, 100, 128, 256, d]
-    form = (launch.ENTRIES_APART if not packed else launch.ENTRIES_PAIRED
-            if dtype == torch.float32 else launch.ENTRIES_PACKED)
+    if not packed:
+        form = launch.ENTRIES_APART
+    else:
+        form = launch.ENTRIES_PAIRED if dtype == torch.float32 else launch.ENTRIES_PACKED
     with launch.overrides(cbsr_spgemm={"packed": packed, "pairs_max_k": d}):
         for k in ks:
             xv, xi = random_cbsr(plan.num_src, k, d, dtype)

@@ -660,12 +660,13 @@ def test_forward_entries_hold_each_value_with_its_index(d):
     from dgl_maxk.backends.cuda import launch
     from dgl_maxk.backends.cuda.kernels import _entries
     from dgl_maxk.sparse.cbsr import index_dtype
-    max_k = launch.DEFAULTS["cbsr_spgemm"]["pairs_max_k"]
-    for k in (max_k, max_k + 8):
+    max_k = launch.option("cbsr_spgemm", "pairs_max_k")
+    for k in (max_k, max_k + 1, max_k + 8):
         indices = torch.randint(0, d, (50, k)).to(index_dtype(d))
         for dtype in (torch.float16, torch.bfloat16):
             values = torch.randn(50, k).to(dtype)
-            assert launch.spgemm_config(k, d, values, indices)[0]["P_PACKED"] == 1
+            assert launch.spgemm_config(k, d, values, indices)[0]["P_PACKED"] == (
+                launch.ENTRIES_PACKED)
             words = _entries(launch.ENTRIES_PACKED, values, indices)
             assert words.dtype == torch.int32 and words.shape == values.shape
             assert torch.equal(words & 0xffff,
@@ -681,7 +682,8 @@ def test_forward_entries_hold_each_value_with_its_index(d):
         assert _entries(launch.ENTRIES_APART, values, indices) is values
         with launch.overrides(cbsr_spgemm={"packed": 0}):
             for v in (values, values.half()):
-                assert launch.spgemm_config(k, d, v, indices)[0]["P_PACKED"] == 0
+                assert launch.spgemm_config(k, d, v, indices)[0]["P_PACKED"] == (
+                    launch.ENTRIES_APART)
 
 
 def test_misaligned_cbsr_rows_take_one_entry_loads():
@@ -703,9 +705,11 @@ def test_misaligned_cbsr_rows_take_one_entry_loads():
     assert launch.spgemm_config(k, d, offset(values), indices)[0]["P_QV"] == 1
     half = offset(values.to(torch.bfloat16))
     assert launch.spgemm_config(k, d, half, offset(indices))[0]["P_QV"] == 4
-    short = launch.DEFAULTS["cbsr_spgemm"]["pairs_max_k"]
-    assert launch.spgemm_config(short, d, offset(values[:, :short].contiguous()),
-                                offset(indices[:, :short].contiguous()))[0]["P_QV"] > 1
+    short = 16  # 2-entry loads when aligned (launch.spgemm_lanes)
+    with launch.overrides(cbsr_spgemm={"pairs_max_k": short}):
+        forward = launch.spgemm_config(short, d, offset(values[:, :short].contiguous()),
+                                       offset(indices[:, :short].contiguous()))[0]
+    assert (forward["P_PACKED"], forward["P_QV"]) == (launch.ENTRIES_PAIRED, 2)
 
 
 def test_forward_private_buffers_start_in_distinct_banks():

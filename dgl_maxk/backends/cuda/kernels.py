@@ -245,7 +245,7 @@ def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.T
 
 
 def _entries(form: int, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """X's entries as the forward gathers them (``launch.spgemm_packed``): the values as
+    """X's entries as the forward gathers them (``launch.spgemm_entries``): the values as
     they are (the kernel reads the indices apart), or each entry's value bits and index
     written side by side, in place (no temporaries): half-precision values as int16 pairs
     (one 32-bit word, value low, index high, little-endian), fp32 ones as int32 pairs."""
@@ -255,7 +255,7 @@ def _entries(form: int, values: torch.Tensor, indices: torch.Tensor) -> torch.Te
     word = torch.int16 if half else torch.int32
     pairs = torch.empty((*values.shape, 2), dtype=word, device=values.device)
     pairs[..., 0] = values.view(word)
-    pairs[..., 1] = indices  # widened; int16 indices copied as they are
+    pairs[..., 1] = indices  # uint8 widened; int16 (< MAX_WIDTH: non-negative) copied
     return pairs.flatten(-2).view(torch.int32) if half else pairs
 
 

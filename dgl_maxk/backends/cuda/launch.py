@@ -213,13 +213,16 @@ def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
 ENTRIES_APART, ENTRIES_PACKED, ENTRIES_PAIRED = 0, 1, 2
 
 
-def spgemm_packed(x_values) -> int:
-    """How the forward gathers X's entries (``P_PACKED``; the caller writes them afresh,
-    aligned): half-precision values packed with their indices, each entry one 32-bit word
-    (value bits low, index high); fp32 values of rows of at most ``pairs_max_k`` entries
-    paired with their indices as int32 (8 bytes an entry); else values and indices apart.
-    Either way an entry comes in one load, one L1 wavefront an edge where apart took two.
-    Measured (H200, d = 256, the packing pass included; BENCHMARKS.md), against apart:
+def spgemm_entries(x_values) -> int:
+    """How the forward gathers X's entries (``P_PACKED``): half-precision values packed with
+    their indices, each entry one 32-bit word (value bits low, index high); fp32 values of
+    rows of at most ``pairs_max_k`` entries paired with their indices as int32 (8 bytes an
+    entry); else values and indices apart. Packed or paired, the launch writes the entries
+    afresh (aligned, whatever the input's storage), a transient of N x k x 4 or 8 bytes
+    (products-sized fp32 rows of k = 16: 313 MB), and an entry comes in one load, one L1
+    wavefront an edge where apart took two. ``overrides(cbsr_spgemm={"pairs_max_k": 0})``
+    keeps fp32 rows apart; ``{"packed": 0}`` keeps every dtype apart.
+    Measured (H200, d = 256, the writing pass included; BENCHMARKS.md), against apart:
     packed bf16 Reddit-sized k = 8 / 32 / 64 -10% / -11% / -22% (k = 16 level),
     products-sized -16% to -31%, d = 512 -11% (k = 16) and -25% (k = 64); paired fp32
     Reddit-sized k = 4 / 8 / 12 / 16 -8% / +1% / -7% / -3%, products-sized k = 8 / 16
@@ -228,7 +231,8 @@ def spgemm_packed(x_values) -> int:
         return ENTRIES_APART
     if x_values.element_size() == 2:
         return ENTRIES_PACKED
-    if x_values.shape[1] <= option("cbsr_spgemm", "pairs_max_k"):
+    if (x_values.dtype == torch.float32
+            and x_values.shape[1] <= option("cbsr_spgemm", "pairs_max_k")):
         return ENTRIES_PAIRED
     return ENTRIES_APART
 
@@ -236,10 +240,10 @@ def spgemm_packed(x_values) -> int:
 def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     """(defines, warps, shared bytes, persistent) of the forward SpGEMM (``edge_values``:
     whether the edges carry values, or count 1 each; ``P_PACKED``: how the entries are to
-    be handed, :func:`spgemm_packed`)."""
+    be handed, :func:`spgemm_entries`)."""
     def opt(key):
         return option("cbsr_spgemm", key)
-    packed = spgemm_packed(x_values)
+    packed = spgemm_entries(x_values)
     aligned = packed != ENTRIES_APART or _four_entry_loads(x_values, x_indices)
     lanes, qv, private = spgemm_lanes(k, d, aligned)
     subs = 32 // lanes
@@ -272,9 +276,10 @@ def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     lanes = _pow2ceil(min(-(-k // qv), 32))
     subs = 32 // lanes
     t = _pow2ceil(-(-k // (qv * lanes)))
-    # entries a lane has in flight: 8 with 4-entry loads, 4 with 1-entry ones, which spill
-    # past 4 under the 48-register cap (H200, Reddit-sized SDDMM, k = 15 / 30 / 31 / 62 and
-    # rows misaligned at k = 32: 3-9% faster than with 8; BENCHMARKS.md)
+    # entries a lane has in flight (the SDDMM's; the SSpMM sets its own u): 8 with 4-entry
+    # loads, 4 with 1-entry ones, which spill past 4 under the 48-register cap of 8 warps
+    # at 5 blocks (H200, Reddit-sized, k = 15 / 30 / 31 / 62 and rows misaligned at k = 32:
+    # 3-9% faster than with 8; BENCHMARKS.md)
     in_flight = 8 if qv == 4 else 4
     u = option(kernel, "u") or max(1, min(in_flight // (t * qv), 32 // subs))
     d4 = int(d % 4 == 0 and _aligned(grad_y, 16))

@@ -243,8 +243,8 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     be handed, :func:`spgemm_entries`)."""
     def opt(key):
         return option("cbsr_spgemm", key)
-    packed = spgemm_entries(x_values)
-    aligned = packed != ENTRIES_APART or _four_entry_loads(x_values, x_indices)
+    form = spgemm_entries(x_values)
+    aligned = form != ENTRIES_APART or _four_entry_loads(x_values, x_indices)
     lanes, qv, private = spgemm_lanes(k, d, aligned)
     subs = 32 // lanes
     nbuf = subs if private else 1
@@ -263,7 +263,7 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
                "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
                "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
                "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size(),
-               "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": packed}
+               "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": form}
     return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
 
 

@@ -14,9 +14,8 @@ EDGE_GROUP_KERNEL
 cbsr_sddmm(EDGE_GROUP_ARGS, const float* __restrict__ dy, const val_t* __restrict__ xv,
            const idx_t* __restrict__ xi, float* __restrict__ out, long long num_groups, int k,
            int d) {
-    for_each_staged_group(num_groups, dy, group_row, nullptr, d, [&](const LanePlace& p,
-                                                                      long long g,
-                                                                      const float* buf) {
+    for_each_staged_group(num_groups, dy, group_row, d, [&](const LanePlace& p, long long g,
+                                                            const float* buf) {
         const long long e0 = group_start[g], e1 = group_start[g + 1];
         for_each_edge_batch<false>(col_idx, nullptr, 0.f, e0, e1, p,
                                    [&](const int (&cc)[P_U], const float (&)[P_U],

@@ -4,8 +4,8 @@
 // group_end[g]). They are the forward's groups, or, when dX is larger than L2, a walk of the
 // CSR source slice by source slice (GraphPlan.source_slices), so that the atomics of each
 // stretch of the walk hit one slice of dX, which then stays in L2. Persistent warps take
-// the groups (destination row r): a warp stages dY[r] (d floats, times r's scale where there
-// is one) in shared memory, then for every edge (r, c, a) pushes a * dY[r][idx[c][j]] into
+// the groups (destination row r): a warp stages dY[r] (d floats) in shared memory, then for
+// every edge (r, c, a) (a: the edge's value, or r's scale) pushes a * dY[r][idx[c][j]] into
 // dX[c][j] with global atomic adds (vector red.global.add.v4.f32 on sm_90 when k % 4 == 0).
 // dX must be zero first. The order of the atomic adds varies from run to run, so the
 // rounding of dX does too (not bit-deterministic).
@@ -20,12 +20,12 @@ cbsr_sspmm(EDGE_GROUP_ARGS, const long long* __restrict__ group_end,
            const float* __restrict__ edge_val, const float* __restrict__ row_scale,
            const float* __restrict__ dy, const idx_t* __restrict__ xi, float* __restrict__ dx,
            long long num_groups, int k, int d) {
-    for_each_staged_group(num_groups, dy, group_row, row_scale, d, [&](const LanePlace& p,
-                                                                        long long g,
-                                                                        const float* buf) {
+    for_each_staged_group(num_groups, dy, group_row, d, [&](const LanePlace& p, long long g,
+                                                            const float* buf) {
         const long long e0 = group_start[g], e1 = group_end[g];
-        // 1.f without edge values: the staged row carries the row's scale
-        for_each_edge_batch<true>(col_idx, edge_val, 1.f, e0, e1, p,
+        // without edge values each edge's value is the row's scale
+        for_each_edge_batch<true>(col_idx, edge_val,
+                                  row_scale_of(row_scale, group_row[g] & 0x7fffffff), e0, e1, p,
                                   [&](const int (&cc)[P_U], const float (&aa)[P_U],
                                       const bool (&ok)[P_U], const int (&)[P_U], long long) {
             // each (edge slot u, step t) with an entry: its first column j of X's row

@@ -14,10 +14,9 @@
 //
 // Edge values: one per CSR entry (P_EDGE_VALUES), or none: each edge of a group then has
 // the same value, its destination row's scale (row_scale, nullable: 1), which the forward
-// passes to the batch walk and the backward applies to its staged dY row. A mean's
-// 1 / in-degree or a GCN's in-degree^-1/2 repeated per entry cost the loads and shuffles
-// of E values: 6% of the forward at k = 8, 5% of the backward at k = 8 and 3% at k = 32
-// (H200, Reddit-sized). (The forward scaling its sums as it flushes a row instead was 7-18%
+// and the backward pass to the batch walk as its `unit`. A mean's 1 / in-degree or a GCN's
+// in-degree^-1/2 repeated per entry cost the loads and shuffles of E values: 6% of the
+// forward at k = 8, 5% of the backward at k = 8 and 3% at k = 32 (H200, Reddit-sized). (The forward scaling its sums as it flushes a row instead was 7-18%
 // slower at k = 32 and 64: the compiler laid out its inner loop worse.)
 //
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
@@ -207,27 +206,14 @@ __device__ __forceinline__ void load_batch_entries(const val_t* xv, const idx_t*
     }
 }
 
-// Copy row (d floats) times scale into the warp's shared-memory buffer.
-__device__ __forceinline__ void stage_row(float* buf, const float* row, int d, int lane,
-                                          float scale) {
+// Copy row (d floats) into the warp's shared-memory buffer.
+__device__ __forceinline__ void stage_row(float* buf, const float* row, int d, int lane) {
 #if P_D4
-    for (int c = lane * 4; c < d; c += 128) {
-        float4 v = *reinterpret_cast<const float4*>(row + c);
-        v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
-        *reinterpret_cast<float4*>(buf + c) = v;
-    }
+    for (int c = lane * 4; c < d; c += 128)
+        *reinterpret_cast<float4*>(buf + c) = *reinterpret_cast<const float4*>(row + c);
 #else
-    for (int c = lane; c < d; c += 32) buf[c] = row[c] * scale;
+    for (int c = lane; c < d; c += 32) buf[c] = row[c];
 #endif
-}
-
-// Multiply a staged row (d floats, P_D4) by scale in place.
-__device__ __forceinline__ void scale_row(float* buf, int d, int lane, float scale) {
-    for (int c = lane * 4; c < d; c += 128) {
-        float4 v = *reinterpret_cast<const float4*>(buf + c);
-        v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
-        *reinterpret_cast<float4*>(buf + c) = v;
-    }
 }
 
 // The scale of destination row `row`: row_scale[row], or 1 without row scales.
@@ -245,7 +231,7 @@ __device__ __forceinline__ void stage_row_async(float* buf, const float* row, in
                      : "memory");
     }
 #else
-    stage_row(buf, row, d, lane, 1.f);
+    stage_row(buf, row, d, lane);
 #endif
 }
 
@@ -293,16 +279,15 @@ __device__ __forceinline__ void for_each_group(long long num_groups, int warp, O
 }
 
 // on_group(g, row) for each edge group of this warp, with row = the group's destination row of
-// `rows` (d floats) times its row scale (row_scale: nullable) staged in the warp's shared
-// memory (buf: 2 d floats with P_PREFETCH, else d). P_PREFETCH (P_D4 rows only): the next
-// group's row is copied in (cp.async) while this group's edges are walked, hiding the row's
-// load where groups are short; the copies cannot scale, so a scaled row is multiplied in
-// place once it has landed.
+// `rows` (d floats) staged in the warp's shared memory (buf: 2 d floats with P_PREFETCH, else
+// d). P_PREFETCH (P_D4 rows only): the next group's row is copied in (cp.async) while this
+// group's edges are walked, hiding the row's load where groups are short. (Rows are staged
+// unscaled: the backward scaling each landed copy in place, rather than its products, took
+// products-sized k = 8 6.16 against 5.66 ms, its source-sliced groups being short.)
 template <class OnGroup>
 __device__ __forceinline__ void for_each_group_staged(long long num_groups, const LanePlace& p,
                                                       float* buf, const float* rows,
                                                       const int* __restrict__ group_row,
-                                                      const float* __restrict__ row_scale,
                                                       int d, OnGroup on_group) {
 #if P_PREFETCH
     const long long stride = (long long)gridDim.x * WARPS;
@@ -317,8 +302,6 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
                             p.lane);
         cp_async_commit();
         cp_async_wait<1>();  // this group's row has landed (the next one may still fly)
-        if (row_scale != nullptr)  // each lane scales the vectors it copied
-            scale_row(buf + half * d, d, p.lane, row_scale[group_row[g] & 0x7fffffff]);
         __syncwarp();
         on_group(g, buf + half * d);
         __syncwarp();  // this row is read before the next group's copy overwrites it
@@ -327,8 +310,7 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
 #else
     for_each_group(num_groups, p.warp, [&](long long g) {
         __syncwarp();  // the previous group's reads of buf are done
-        const long long row = group_row[g] & 0x7fffffff;
-        stage_row(buf, rows + row * d, d, p.lane, row_scale_of(row_scale, row));
+        stage_row(buf, rows + (long long)(group_row[g] & 0x7fffffff) * d, d, p.lane);
         __syncwarp();
         on_group(g, buf);
     });
@@ -341,11 +323,10 @@ __device__ __forceinline__ void for_each_group_staged(long long num_groups, cons
 template <class OnGroup>
 __device__ __forceinline__ void for_each_staged_group(long long num_groups, const float* rows,
                                                       const int* __restrict__ group_row,
-                                                      const float* __restrict__ row_scale,
                                                       int d, OnGroup on_group) {
     const LanePlace p;
     float* smem = warp_smem(p.warp, (1 + P_PREFETCH) * d);
-    for_each_group_staged(num_groups, p, smem, rows, group_row, row_scale, d,
+    for_each_group_staged(num_groups, p, smem, rows, group_row, d,
                           [&](long long g, const float* row) { on_group(p, g, row); });
 }
 

@@ -16,8 +16,9 @@
 // the same value, its destination row's scale (row_scale, nullable: 1), which the forward
 // and the backward pass to the batch walk as its `unit`. A mean's 1 / in-degree or a GCN's
 // in-degree^-1/2 repeated per entry cost the loads and shuffles of E values: 6% of the
-// forward at k = 8, 5% of the backward at k = 8 and 3% at k = 32 (H200, Reddit-sized). (The forward scaling its sums as it flushes a row instead was 7-18%
-// slower at k = 32 and 64: the compiler laid out its inner loop worse.)
+// forward at k = 8, 5% of the backward at k = 8 and 3% at k = 32 (H200, Reddit-sized).
+// (The forward scaling its sums as it flushes a row instead was 7-18% slower at k = 32 and
+// 64: the compiler laid out its inner loop worse.)
 //
 // Constants (-D): P_L lanes per edge (a power of 2), P_T entries per lane (a power of 2),
 // P_U edges in flight per sub-group, P_QV entries per lane per load (1, 2 or 4: launch.py's

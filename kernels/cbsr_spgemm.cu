@@ -146,18 +146,18 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
             load_batch_entries(xv, xi, cc, ok, k, p.sl, v, ix);
 #pragma unroll
             for (int u = 0; u < P_U; ++u) {
+#if P_NOACC || P_ATOM
+#pragma unroll
+                for (int t = 0; t < P_T; ++t)
+#pragma unroll
+                    for (int q = 0; q < P_QV; ++q) {
 #if P_NOACC
-#pragma unroll
-                for (int t = 0; t < P_T; ++t)
-#pragma unroll
-                    for (int q = 0; q < P_QV; ++q) sink += aa[u] * v[u][t][q] + (float)ix[u][t][q];
-#elif P_ATOM
-#pragma unroll
-                for (int t = 0; t < P_T; ++t)
-#pragma unroll
-                    for (int q = 0; q < P_QV; ++q)
+                        sink += aa[u] * v[u][t][q] + (float)ix[u][t][q];
+#else
                         if (ix[u][t][q] >= 0)
                             atomicAdd(buf + buf_slot(ix[u][t][q], my_sub, d), aa[u] * v[u][t][q]);
+#endif
+                    }
 #else
                 add_edge_entries(buf, my_sub, d, aa[u], v[u], ix[u]);
                 __syncwarp();  // the next edge's entries may hit the same columns

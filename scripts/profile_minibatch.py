@@ -1,0 +1,287 @@
+"""Where a sampled training step's time goes, phase by phase, on the device sampler.
+
+Two passes per variant over the products-sized graph of ``bench_minibatch.py`` (the same
+generator, sizes and model):
+
+- **phases**: the eager step taken apart, the GPU synchronised at every boundary: each
+  hop's sampling (row pointers and edge count, the picks, unique and relabel, edge ids and
+  block), the feature gather, each module's forward, the loss, each module's backward, the
+  optimizer. The sum exceeds an unsynchronised step (every phase waits for the GPU), but it
+  says which phase holds the time.
+- **trace**: ``torch.profiler`` over unsynchronised steps of the trainer's own step
+  (``SampledStep``, graphed or eager as ``--cuda-graph`` says, sampling ahead on its
+  thread): kernel launches and graph replays per step, GPU kernel time per step by kind of
+  kernel, and how busy the GPU was over the steps' wall time.
+
+Prints a table per variant and writes ``profile_minibatch.json`` under ``--out``.
+
+    python scripts/profile_minibatch.py --variants relu maxk-k32 --out runs/profile
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_minibatch import GRAPH_SETTINGS, build_data, variant_k, variant_name  # noqa: E402
+from dgl_maxk import envinfo  # noqa: E402
+from dgl_maxk.cli import positive_int  # noqa: E402
+from dgl_maxk.models import aligned_features, build_model  # noqa: E402
+from dgl_maxk.sampling import DeviceGraph  # noqa: E402
+from dgl_maxk.sampling import sampler as sampler_module  # noqa: E402
+from dgl_maxk.training.precision import PRECISIONS, autocast, precision_scope  # noqa: E402
+from dgl_maxk.training.sampled_step import SampledStep, resolve_cuda_graph  # noqa: E402
+from dgl_maxk.training.sampling import epoch_loader, train_epoch  # noqa: E402
+from dgl_maxk.training.step import loss_fn, make_optimizer  # noqa: E402
+
+#: kinds of GPU kernel, by name (first match wins)
+KERNEL_KINDS = [
+    ("sampling picks", r"sample_neighbors|uniform|philox|rand"),
+    ("sort / unique", r"radix|sort|unique|scan|cub::"),
+    ("CBSR aggregation", r"cbsr_|spgemm|sspmm|sddmm|dense_rows"),
+    ("MaxK top-k", r"maxk"),
+    ("cuSPARSE", r"cusparse|csrmm|spmm"),
+    ("GEMM", r"gemm|cutlass|sm90_|nvjet|ampere|Kernel2"),
+    ("gather / scatter", r"index|gather|scatter"),
+    ("optimizer", r"adam|multi_tensor"),
+    ("layer norm", r"layer_norm|layernorm"),
+]
+
+
+class Laps:
+    """Synchronised laps: each :meth:`lap` adds the time since the previous one to a name."""
+
+    def __init__(self, device):
+        self.device, self.seconds = device, collections.defaultdict(float)
+        self.last = None
+
+    def start(self):
+        torch.cuda.synchronize(self.device)
+        self.last = time.perf_counter()
+
+    def lap(self, name):
+        torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.seconds[name] += now - self.last
+        self.last = now
+
+
+def timed_sampler(laps):
+    """Wrap the sampler's internals so that each hop's parts lap under their names; returns
+    a function that undoes it."""
+    originals = {n: getattr(sampler_module, n) for n in ("block_indptr", "_relabel",
+                                                        "sample_block")}
+    hop = [0]
+
+    def wrap(name, label):
+        def inner(*args, **kwargs):
+            out = originals[name](*args, **kwargs)
+            laps.lap(f"sample hop {hop[0]}: {label}")
+            return out
+        return inner
+
+    def sample_block(*args, **kwargs):
+        hop[0] += 1
+        out = originals["sample_block"](*args, **kwargs)
+        laps.lap(f"sample hop {hop[0]}: edge ids, block")
+        return out
+
+    sampler_module.block_indptr = wrap("block_indptr", "row pointers, edge count")
+    sampler_module._relabel = wrap("_relabel", "picks, unique, relabel")
+    sampler_module.sample_block = sample_block
+
+    def undo():
+        for name, fn in originals.items():
+            setattr(sampler_module, name, fn)
+
+    def next_batch():
+        hop[0] = 0
+    return undo, next_batch
+
+
+def timed_modules(model, laps):
+    """Forward and backward hooks that lap each top-level module and hidden layer."""
+    handles = []
+    named = [(f"layers.{i}", m) for i, m in enumerate(model.layers)]
+    named += [(n, m) for n, m in model.named_children() if n != "layers"]
+    for name, module in named:
+        handles.append(module.register_forward_pre_hook(
+            lambda *_: laps.lap("forward: between modules")))
+        handles.append(module.register_forward_hook(
+            lambda *_, n=name: laps.lap(f"forward: {n}")))
+        handles.append(module.register_full_backward_pre_hook(
+            lambda *_: laps.lap("backward: between modules")))
+        handles.append(module.register_full_backward_hook(
+            lambda *_, n=name: laps.lap(f"backward: {n}")))
+    return handles
+
+
+def phase_pass(model, graph, train_idx, feats, labels, device, args):
+    """Seconds per step of each phase of the eager step, synchronised at each boundary."""
+    laps = Laps(device)
+    undo, next_batch = timed_sampler(laps)
+    handles = timed_modules(model, laps)
+    opt = make_optimizer(model.parameters(), 0.003)
+    sampling = {"sampler": "device", "fanouts": args.fanouts, "batch_size": args.batch_size,
+                "prefetch": 0}
+    loader = iter(epoch_loader(None, train_idx, sampling, args.seed, 1, graph))
+    model.train()
+    try:
+        for step in range(args.warmup + args.steps):
+            if step == args.warmup:
+                laps.seconds.clear()
+            next_batch()
+            laps.start()
+            input_nodes, output_nodes, blocks = next(loader)
+            laps.lap("sample: seeds and loader")
+            x, y = feats[input_nodes], labels[output_nodes]
+            laps.lap("feature and label gather")
+            opt.zero_grad(set_to_none=True)
+            with autocast(args.precision, "cuda"):
+                logits = model(blocks, x)
+                laps.lap("forward: after last module")
+                loss = loss_fn(logits.float(), y, False)
+            laps.lap("loss")
+            loss.backward()
+            laps.lap("backward: rest")
+            opt.step()
+            laps.lap("optimizer")
+    finally:
+        undo()
+        for handle in handles:
+            handle.remove()
+    return {name: s / args.steps for name, s in laps.seconds.items()}
+
+
+def kernel_kind(name: str) -> str:
+    return next((kind for kind, pattern in KERNEL_KINDS
+                 if re.search(pattern, name, re.IGNORECASE)), "other elementwise")
+
+
+def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed):
+    """Launches, replays and kernel time per step of the trainer's own step."""
+    opt = make_optimizer(model.parameters(), 0.003)
+    step = SampledStep(model, opt, args.fanouts, args.batch_size, graph.num_nodes,
+                       precision=args.precision, cuda_graph=graphed)
+    sampling = {"sampler": "device", "fanouts": args.fanouts, "batch_size": args.batch_size,
+                "prefetch": None}
+    loader = epoch_loader(None, train_idx, sampling, args.seed, 2, graph)
+    train_epoch(step, loader, feats, labels, device, max_steps=args.warmup)
+    loader = epoch_loader(None, train_idx, sampling, args.seed, 3, graph)
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    torch.cuda.synchronize(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
+        stats = train_epoch(step, loader, feats, labels, device, max_steps=args.steps)
+        torch.cuda.synchronize(device)
+        wall = time.perf_counter() - start
+    steps = stats["steps"]
+    launches = collections.Counter()
+    kinds = collections.defaultdict(float)
+    for event in prof.events():
+        if event.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
+                          "cuLaunchKernelEx"):
+            launches["kernels"] += 1
+        elif event.name in ("cudaGraphLaunch",):
+            launches["graph replays"] += 1
+        elif event.name.startswith("cudaMemcpy"):
+            launches["copies"] += 1
+        elif event.name == "cudaStreamSynchronize" or event.name == "cudaDeviceSynchronize":
+            launches["synchronisations"] += 1
+        if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
+            kinds[kernel_kind(event.name)] += event.device_time / 1e6
+    busy = sum(kinds.values())
+    return {"steps": steps, "ms_per_step": 1e3 * wall / steps,
+            "seeds_per_s": stats["seeds"] / wall,
+            "per_step": {k: v / steps for k, v in launches.items()},
+            "kernel_ms_per_step": {k: 1e3 * v / steps for k, v in sorted(kinds.items())},
+            "gpu_busy": busy / wall, "graphed": step.replays > 0}
+
+
+def print_variant(name, phases, traces):
+    print(f"\n== {name}: phases of the eager step (ms per step, synchronised)")
+    total = sum(phases.values())
+    for phase, seconds in sorted(phases.items(), key=lambda kv: -kv[1]):
+        print(f"  {phase:42s} {1e3 * seconds:8.3f}  {100 * seconds / total:5.1f}%")
+    print(f"  {'sum':42s} {1e3 * total:8.3f}")
+    for mode, trace in traces.items():
+        print(f"-- trainer's step ({mode}, {'graphed' if trace['graphed'] else 'eager'}): "
+              f"{trace['ms_per_step']:.2f} ms/step, {trace['seeds_per_s']:,.0f} seeds/s, "
+              f"GPU busy {100 * trace['gpu_busy']:.0f}%")
+        per_step = ", ".join(f"{k} {v:.0f}" for k, v in trace["per_step"].items())
+        print(f"   per step: {per_step}")
+        for kind, ms in sorted(trace["kernel_ms_per_step"].items(), key=lambda kv: -kv[1]):
+            print(f"   {kind:40s} {ms:8.3f} ms")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=positive_int, default=2_449_029)
+    parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
+    parser.add_argument("--features", type=positive_int, default=100)
+    parser.add_argument("--classes", type=int, default=47)
+    parser.add_argument("--train-fraction", type=float, default=0.08)
+    parser.add_argument("--hidden", type=positive_int, default=256)
+    parser.add_argument("--layers", type=positive_int, default=3)
+    parser.add_argument("--fanouts", type=positive_int, nargs="+", default=[15, 10, 5])
+    parser.add_argument("--batch-size", type=positive_int, default=1024)
+    parser.add_argument("--variants", type=variant_name, nargs="+",
+                        default=["relu", "maxk-k8", "maxk-k32"])
+    parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
+                        default=["off", "auto"])
+    parser.add_argument("--steps", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=positive_int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--precision", choices=PRECISIONS, default="tf32")
+    parser.add_argument("--out", default="runs/profile")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("no CUDA GPU: the profile times GPU kernels")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device("cuda")
+    graph_cpu, feats, labels, train_idx, classes = build_data(args)
+    graph = DeviceGraph.from_dgl(graph_cpu, device)
+    feats, labels = aligned_features(feats.to(device)), labels.to(device)
+    train_idx = train_idx.to(device)
+    results = []
+    with precision_scope(args.precision):
+        for variant in args.variants:
+            k = variant_k(variant)
+            torch.manual_seed(args.seed)
+            model = build_model("sage", args.features, args.hidden, classes, args.layers,
+                                k=k or 32, dropout=0.5, padded_input=True,
+                                nonlinearity="relu" if k is None else "maxk").to(device)
+            phases = phase_pass(model, graph, train_idx, feats, labels, device, args)
+            traces = {}
+            for mode in args.cuda_graph:
+                graphed = resolve_cuda_graph(GRAPH_SETTINGS[mode], maxk=k is not None,
+                                             device=device, sampler="device", world=1,
+                                             fanouts=args.fanouts)
+                traces[mode] = trace_pass(model, graph, train_idx, feats, labels, device,
+                                          args, graphed)
+            print_variant(variant, phases, traces)
+            results.append({"variant": variant, "phases_ms": {
+                k: 1e3 * v for k, v in phases.items()}, "trainer_step": traces})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "profile_minibatch.json"
+    path.write_text(json.dumps({"args": vars(args), "environment": envinfo.collect(),
+                                "graph": [graph.num_nodes, int(graph.indices.numel())],
+                                "results": results}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -158,7 +158,7 @@ __device__ __forceinline__ void load_words(const unsigned int* p, unsigned int (
 // (P_QV-aligned) of the values xv and indices xi, or with P_PACKED of the words or pairs at
 // xv (xi unused). Packed or paired, a gathered row is one run: one L1 wavefront an edge
 // where values and indices took two (H200: bf16 values, k = 32, Reddit-sized 4.73 -> 4.22
-// ms; fp32 pairs, k = 8, products-sized 5.67 -> 4.35; BENCHMARKS.md).
+// ms; fp32 pairs, k = 8, products-sized 5.67 -> 4.35; docs/performance.md).
 __device__ __forceinline__ void load_entries(const val_t* xv, const idx_t* xi, long long off,
                                              float (&v)[P_QV], int (&ix)[P_QV]) {
 #if P_PACKED

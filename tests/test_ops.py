@@ -768,8 +768,8 @@ def test_sspmm_slices_are_the_fewest_that_fit_within_their_caps():
 
 
 def test_sspmm_slices_of_the_measured_cases():
-    """The counts BENCHMARKS.md's measurements chose (d = 256): (sources, entries, k) ->
-    slices, with the dY rows of the graph's destinations in fp32."""
+    """The counts that the measurements in docs/performance.md chose (d = 256): (sources,
+    entries, k) -> slices, with the dY rows of the graph's destinations in fp32."""
     from dgl_maxk.backends.cuda import launch
     reddit, products = (232_965, 114_615_892), (2_449_029, 123_718_280)
     medium, block = (200_000, 8_000_000), (598_575, 661_621)

@@ -150,7 +150,7 @@ class SamplingConfig(_Section):
                             "fixed sizes (other dropout draws than unpadded steps; the "
                             "gradients are averaged by the step, not by DDP). auto: for "
                             "MaxK models in one process, where it was measured no slower "
-                            "on median and steadier (BENCHMARKS.md)")
+                            "on median and steadier (docs/performance.md)")
 
 
 class ExperimentConfig(_Section):

@@ -1,13 +1,13 @@
 """The mini-batch training step, replayed from a CUDA graph over blocks of fixed sizes.
 
 A sampled step launches a few hundred kernels for blocks of a few thousand to a few hundred
-thousand nodes, so on a GPU the host's launches bound it, not the kernels (BENCHMARKS.md).
-Capture needs the same shapes at every replay, and every batch's blocks differ: each
-batch's blocks are copied into blocks of fixed sizes and one captured forward and backward
-is replayed over them. The sizes are the first full batch's with some headroom (batches of
-one graph differ by a few percent); a batch that does not fit grows them (a new capture).
-Sizing for the most nodes and edges the fan-outs allow instead doubled every kernel's work
-on a products-sized graph, where sampled neighbourhoods overlap.
+thousand nodes, so on a GPU the host's launches bound it, not the kernels (measured:
+docs/performance.md). Capture needs the same shapes at every replay, and every batch's
+blocks differ: each batch's blocks are copied into blocks of fixed sizes and one captured
+forward and backward is replayed over them. The sizes are the first full batch's with some
+headroom (batches of one graph differ by a few percent); a batch that does not fit grows
+them (a new capture). Sizing for the most nodes and edges the fan-outs allow instead
+doubled every kernel's work on a products-sized graph, where sampled neighbourhoods overlap.
 
 Padding keeps each block a valid CSR within the sampler's degree bound, both ways. The
 real destination rows come first with their edges; padding rows after them take the
@@ -15,7 +15,7 @@ remaining edge slots, at most a fan-out each, from the source rows right after t
 ones, each the source of at most a fan-out of them (the transposed CSR has no long row
 either). Those padding sources sit right after the real ones so that the transposed CSR's
 empty rows all come last: cuSPARSE's SpMM (ReLU's backward) took 80x as long with a run of
-empty rows between the real source rows and padding ones (H200, BENCHMARKS.md). Real rows
+empty rows between the real source rows and padding ones (H200, docs/performance.md). Real rows
 read only real rows, and the loss is taken over the real seeds, so the real rows compute
 what they would unpadded, and the padding rows add nothing to the gradients.
 """
@@ -47,7 +47,7 @@ def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int,
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
     True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
     one process where a graphed step applies. Fan-outs of -1 leave nothing to pad to.
-    Measured (BENCHMARKS.md, ninth session): graphed MaxK steps no slower than eager ones
+    Measured on an H200 (docs/performance.md): graphed MaxK steps no slower than eager ones
     on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work); under
     torchrun the graphed step's own all-reduce was not measured through the trainer, which
     keeps DDP there."""

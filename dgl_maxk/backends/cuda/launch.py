@@ -3,9 +3,9 @@
 Each kernel's variant switches are the ``-D`` constants of its ``.cu`` file (``P_L`` lanes per
 edge, ``P_T`` values per lane, ``P_U`` edges in flight, ``P_QV`` vector width, ``P_MINB``
 minimum resident blocks, ``WARPS`` per block, ...). :data:`DEFAULTS` holds the host-side
-choices, the fastest measured on an H200 (BENCHMARKS.md); :func:`overrides` replaces some of
-them inside a ``with`` block (``scripts/bench_kernels.py --tune`` compares variants that way,
-the GPU tests vary the edge-group size).
+choices, the fastest measured on an H200 (docs/performance.md); :func:`overrides` replaces
+some of them inside a ``with`` block (``scripts/bench_kernels.py --tune`` compares variants
+that way, the GPU tests vary the edge-group size).
 """
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def _bank_ordered(k: int, lanes: int, qv: int, private: bool, cbsr_bytes: int) -
     """Whether the forward's rows are in the top-k kernel's bank order (the ``banked`` option
     of ``cbsr_spgemm`` switches it with the bank windows): private buffers, k / L >= 2 whole
     steps per edge, and a CBSR matrix of at most ``banked_max_bytes``. Measured (H200,
-    BENCHMARKS.md): a forward whose gathers hit L2 is bound by its shared-memory
+    docs/performance.md): a forward whose gathers hit L2 is bound by its shared-memory
     accumulation, and the order takes 8% off it (Reddit-sized, k = 32: 37 MB of CBSR); a
     larger one is bound by its gathers from DRAM, gains nothing, and the order costs the
     top-k kernel up to 20% (products-sized, k = 32: 392 MB)."""
@@ -222,7 +222,7 @@ def spgemm_entries(x_values) -> int:
     (products-sized fp32 rows of k = 16: 313 MB), and an entry comes in one load, one L1
     wavefront an edge where apart took two. ``overrides(cbsr_spgemm={"pairs_max_k": 0})``
     keeps fp32 rows apart; ``{"packed": 0}`` keeps every dtype apart.
-    Measured (H200, d = 256, the writing pass included; BENCHMARKS.md), against apart:
+    Measured (H200, d = 256, the writing pass included; docs/performance.md), against apart:
     packed bf16 Reddit-sized k = 8 / 32 / 64 -10% / -11% / -22% (k = 16 level),
     products-sized -16% to -31%, d = 512 -11% (k = 16) and -25% (k = 64); paired fp32
     Reddit-sized k = 4 / 8 / 12 / 16 -8% / +1% / -7% / -3%, products-sized k = 8 / 16
@@ -279,7 +279,7 @@ def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):
     # entries a lane has in flight (the SDDMM's; the SSpMM sets its own u): 8 with 4-entry
     # loads, 4 with 1-entry ones, which spill past 4 under the 48-register cap of 8 warps
     # at 5 blocks (H200, Reddit-sized, k = 15 / 30 / 31 / 62 and rows misaligned at k = 32:
-    # 3-9% faster than with 8; BENCHMARKS.md)
+    # 3-9% faster than with 8; docs/performance.md)
     in_flight = 8 if qv == 4 else 4
     u = option(kernel, "u") or max(1, min(in_flight // (t * qv), 32 // subs))
     d4 = int(d % 4 == 0 and _aligned(grad_y, 16))
@@ -319,11 +319,11 @@ def sspmm_slices(n_src: int, n_entries: int, k: int, dy_bytes: int) -> int:
     ``slice_bytes`` of dX, at most ``max_slices``, and no more than keep the dY rows
     (``dy_bytes``, which each slice reads again) under ``reread_bytes`` in all.
 
-    Measured on an H200 (BENCHMARKS.md, twelfth and thirteenth sessions; d = 256): the
-    fastest measured count, or one tied with it, in every case: Reddit-sized k = 64 kernel
-    9.84 -> 8.88 ms (epoch 81.6 -> 78.5), products-sized k = 8 6.03 -> 5.89; medium k = 32
-    (dX 24 MiB) 1 slice 0.47 ms, 2 slices 0.53; a block of 599k sources and 662k entries
-    1 slice best or tied at k = 32 and 64, and 1.6 ms to build its slices."""
+    Measured on an H200 (d = 256; docs/performance.md): the fastest measured count, or one
+    tied with it, in every case: Reddit-sized k = 64 kernel 9.84 -> 8.88 ms (epoch 81.6 ->
+    78.5), products-sized k = 8 6.03 -> 5.89; medium k = 32 (dX 24 MiB) 1 slice 0.47 ms,
+    2 slices 0.53; a block of 599k sources and 662k entries 1 slice best or tied at k = 32
+    and 64, and 1.6 ms to build its slices."""
     slices = option("cbsr_sspmm", "slices")
     if slices:
         return slices

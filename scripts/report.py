@@ -1,0 +1,356 @@
+"""Render BENCHMARKS.md from the measurements in benchmarks/.
+
+Every figure on the page is read from the JSON that the benchmark scripts wrote (the files
+of :data:`SOURCES`); only the prose around the tables is this script's. To publish a new
+measurement, put the script's JSON under that name and render the page again.
+
+    python scripts/report.py            # writes BENCHMARKS.md
+    python scripts/report.py --check    # exit status 1 where BENCHMARKS.md differs from it
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: What each section reads, in benchmarks/.
+SOURCES = {"compare": "compare_h200.json",
+           "kernels": ("kernels_h200_reddit.json", "kernels_h200_products.json"),
+           "minibatch": "minibatch_h200.json"}
+#: The kernels of bench_kernels.py's floors: (key, name on the page).
+KERNELS = (("fwd", "forward"), ("bwd", "backward"), ("topk", "top-k"), ("sddmm", "SDDMM"))
+#: torch's float32 matmul precision as the trainer's precision names call it.
+MATMULS = {"highest": "fp32", "high": "tf32", "medium": "bf16"}
+
+
+def load(bench: Path) -> dict:
+    """Each section's JSON (the kernels' a list, one per file), with its file name."""
+    def read(name):
+        return dict(json.loads((bench / name).read_text()), file=name)
+    return {key: [read(n) for n in names] if isinstance(names, tuple) else read(names)
+            for key, names in SOURCES.items()}
+
+
+def para(*parts: str) -> list:
+    """One paragraph of prose, wrapped, then a blank line."""
+    return textwrap.wrap("".join(parts), 90, break_long_words=False,
+                         break_on_hyphens=False) + [""]
+
+
+def table(header: list, rows: list) -> list:
+    """A markdown table, then a blank line."""
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows] + [""])
+
+
+def code(*commands: str) -> list:
+    """Commands as an indented block, then a blank line; a long one continues on the next
+    lines (with a backslash) before one of its flags."""
+    lines = []
+    for cmd in commands:
+        head, *flags = cmd.split(" --")
+        line = "    " + head
+        for flag in flags:
+            if len(line) + len(flag) + 3 > 92:
+                lines.append(line + " \\")
+                line = "        --" + flag
+            else:
+                line += " --" + flag
+        lines.append(line)
+    return lines + [""]
+
+
+def command(script: str, flags: list, out: str) -> str:
+    """A run's command line; ``flags`` as (flag, value): a list, True (a switch), or
+    None / False (left out)."""
+    parts = [f"python scripts/{script}"]
+    for flag, value in flags:
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, list):
+            parts.append(f"{flag} {' '.join(map(str, value))}")
+        elif value is not None and value is not False:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts + [f"--out {out}"])
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+# --------------------------------------------------------------------------- environment
+
+def software_row(label: str, data: dict) -> list:
+    env = data["environment"]
+    cuda = env.get("cuda") or {}
+    cpu = f"{env['cpu']}, {env['cpu_count']} cores" if env.get("cpu") else "not recorded"
+    matmuls = env.get("float32_matmul_precision")
+    return [label, f"`{data['file']}`", ", ".join(sorted(set(cuda.get("gpus") or ["none"]))),
+            cpu, env.get("python"), f"{env.get('torch')} (CUDA {cuda.get('torch_cuda')})",
+            (env.get("cupy") or {}).get("version"), env.get("dgl"), env.get("numpy"),
+            data.get("args", {}).get("precision") or MATMULS.get(matmuls, matmuls)]
+
+
+def environment_section(src: dict) -> list:
+    rows = [software_row("end to end", src["compare"]),
+            *(software_row(f"kernels, {graph_label(k['graphs'][0]['name'])}", k)
+              for k in src["kernels"]),
+            software_row("mini-batch", src["minibatch"])]
+    return ["## Hardware and software", "",
+            *para("As each run recorded it (`python -m dgl_maxk env` prints the same for a "
+                  "machine). \"matmuls\" is the precision of the matrix products in every "
+                  "arm of that run; the aggregation kernels compute in fp32 whatever it is."),
+            *table(["table", "file", "GPU", "CPU", "Python", "torch", "CuPy", "DGL", "NumPy",
+                    "matmuls"], rows)]
+
+
+# --------------------------------------------------------------------------- end to end
+
+def compare_cases(data: dict) -> dict:
+    """{(graph, model): {variant: row}}, in the run's order."""
+    cases = {}
+    for r in data["results"]:
+        cases.setdefault((r["graph"], r["model"]), {})[r["variant"]] = r
+    return cases
+
+
+def timed(row, base) -> str:
+    """An arm's epoch ms with its speedup over ``base``'s."""
+    if row is None:
+        return "not run"
+    return f"{row['epoch_ms']:.1f} ({ratio(base['epoch_ms'] / row['epoch_ms'])})"
+
+
+def peak(row, base) -> str:
+    """An arm's peak GiB with its ratio to ``base``'s."""
+    if row is None:
+        return "not run"
+    return f"{row['peak_gib']:.2f} ({row['peak_gib'] / base['peak_gib']:.2f})"
+
+
+def compare_section(data: dict) -> list:
+    args = data["args"]
+    arms = ["pyg-relu", *(f"maxk-k{k}" for k in args["ks"])]
+    heads = ["PyG ReLU", *(f"MaxK k={k}" for k in args["ks"])]
+    speed, memory = [], []
+    for (graph, model), case in compare_cases(data).items():
+        base = case["cusparse-relu"]
+        speed.append([graph, model.upper(), f"{base['epoch_ms']:.1f}",
+                      f"{base['aggregation_share']:.0%}", f"{base['amdahl_limit']:.1f}x",
+                      *(timed(case.get(arm), base) for arm in arms)])
+        memory.append([graph, model.upper(), f"{base['peak_gib']:.2f}",
+                       *(peak(case.get(arm), base) for arm in arms)])
+    return [
+        "## End-to-end training, full graph", "",
+        *code(command("compare_dgl.py", [
+            ("--graphs", args["graphs"]), ("--models", args["models"]), ("--ks", args["ks"]),
+            ("--epochs", args["epochs"]), ("--warmup", args["warmup"]),
+            ("--precision", args["precision"]), ("--profile", args["profile"])], "OUT"),
+            f"cp OUT/compare.json benchmarks/{data['file']}"),
+        *para("Epochs of full-graph training (forward, backward and Adam step over the whole "
+              "graph) of the paper's models on generated power-law graphs of Reddit's and "
+              "ogbn-products' sizes and on a medium one (`GRAPHS` in `scripts/compare_dgl.py` "
+              f"gives their sizes and depths), hidden width {args['hidden']}, dropout "
+              f"{args['dropout']}, random features and labels. Every arm runs the trainer's "
+              f"own step, all under {args['precision']}. The baseline, ReLU (cuSPARSE), is "
+              "the same model with its aggregation through `torch.sparse.mm` on a CSR "
+              "adjacency: cuSPARSE, the kernel DGL runs on GPUs (the package index's DGL has "
+              "no CUDA, so stock DGL layers cannot run on this GPU). PyG ReLU is the model "
+              "built from `torch_geometric`'s layers. Each time is the median of "
+              f"{args['epochs']} epochs after {args['warmup']} warm-up ones (CUDA events), "
+              "in brackets the baseline's epoch over the arm's. \"aggregation\" is the share "
+              "of the baseline's epoch that its aggregations take (forward and backward, "
+              "timed alone), and the Amdahl limit, 1 / (1 - share), the speedup a free "
+              "aggregation would give if nothing else changed; a MaxK model also does less "
+              "dense work (dropout and the self terms act on the k kept values of a row; "
+              "SAGE's LayerNorm and top-k are one kernel), so it can pass the limit. Times "
+              "to 0.1 ms, ratios to 0.01."),
+        *table(["graph", "model", "ReLU (cuSPARSE) ms", "aggregation", "Amdahl limit",
+                *heads], speed),
+        "### Peak memory, full graph", "",
+        *para("`torch.cuda.max_memory_allocated` in the same runs, GiB to 0.01; in brackets "
+              "the ratio to the baseline's peak."),
+        *table(["graph", "model", "ReLU (cuSPARSE)", *heads], memory)]
+
+
+# --------------------------------------------------------------------------- kernels
+
+def graph_label(name: str) -> str:
+    """bench_kernels.py's graph names as the page calls them (reddit: reddit-sized)."""
+    return f"{name}-sized" if name in ("reddit", "products") else name
+
+
+def bounds(graphs: list) -> str:
+    """Which term bounds each kernel's floor over every graph and k, as
+    'forward L2 (DRAM at products-sized k=8); ...'."""
+    parts = []
+    for key, name in KERNELS:
+        cases = [(g["name"], k, r[f"{key}_floor_bound"]) for g in graphs
+                 for k, r in g["k"].items()]
+        terms = [term for *_, term in cases]
+        most = max(sorted(set(terms)), key=terms.count)
+        odd = [f"{term} at {graph_label(g)} k={k}" for g, k, term in cases if term != most]
+        parts.append(f"{name} {most}" + (f" ({', '.join(odd)})" if odd else ""))
+    return "; ".join(parts)
+
+
+def kernel_rows(g: dict) -> list:
+    rows = []
+    for k, r in sorted(g["k"].items(), key=lambda item: int(item[0])):
+        rows.append([graph_label(g["name"]), k,
+                     *(f"{r[f'{key}_ms']:.2f} | {r[f'{key}_speedup']:.1f}x | "
+                       f"{r[f'{key}_of_floor']:.1f}x" for key in ("fwd", "bwd", "topk")),
+                     f"{r['sddmm_ms']:.2f} | {r['sddmm_of_floor']:.1f}x",
+                     f"{r['fwd_bf16_values_ms']:.2f} ({ratio(r['bf16_values_speedup'])})"])
+    return rows
+
+
+def kernel_graph_line(data: dict, g: dict) -> str:
+    return (f"- {graph_label(g['name'])}: {g['nodes']:,} nodes, {g['edges']:,} edges, the "
+            f"largest in-degree {g['max_in_degree']:,}; cuSPARSE {g['cusparse_fwd_ms']:.2f} "
+            f"ms forward, {g['cusparse_bwd_ms']:.2f} ms A^T dY; DRAM copy "
+            f"{data['copy_GBps']:,.0f} GB/s, L2 read {data['l2_copy_GBps']:,.0f} GB/s; "
+            f"medians of {data['reps']} runs (`{data['file']}`).")
+
+
+def kernels_section(runs: list) -> list:
+    d = runs[0]["d"]
+    graphs = [g for data in runs for g in data["graphs"]]
+    return [
+        "## Kernels against cuSPARSE and against their floors", "",
+        *code(*(command("bench_kernels.py", [
+            ("--graphs", ",".join(g["name"] for g in data["graphs"])), ("--d", data["d"]),
+            ("--ks", ",".join(sorted(data["graphs"][0]["k"], key=int))),
+            ("--reps", data["reps"])], f"benchmarks/{data['file']}") for data in runs)),
+        *para(f"Each CUDA kernel alone on a generated power-law graph, d = {d}, fp32 values "
+              "and accumulation, A's values the mean's scale of each destination row (as "
+              "SAGE runs them), the L2 cache flushed before each timed run; times are "
+              "medians of CUDA-event timed runs. The forward `cbsr_spgemm` (Y = A X, X in "
+              f"CBSR) is set against cuSPARSE's SpMM on the dense {d}-wide X, the backward "
+              "`cbsr_sspmm` against cuSPARSE's A^T dY, the top-k `maxk_cbsr` against "
+              "`torch.topk`; the SDDMM (the edge-weight gradient) has no baseline. \"x "
+              "floor\" is the time over the kernel's floor, the least the hardware allows: "
+              "max(DRAM bytes / DRAM copy bandwidth, L2 bytes / L2 read bandwidth), both "
+              "bandwidths measured in the same run, each input and output counted once in "
+              "DRAM and the per-edge gathers and atomic adds in L2 (the script's docstring "
+              "counts the bytes); random gathers of short rows reach less than a streaming "
+              f"read, so the floors are optimistic. The floors' bound: {bounds(graphs)}. The "
+              "last column is the forward on bf16 CBSR values (fp32 accumulation), in "
+              "brackets its speedup over fp32 values. Times to 0.01 ms, ratios to 0.1 "
+              "(0.01 for bf16)."),
+        *(line for data in runs for g in data["graphs"]
+          for line in textwrap.wrap(kernel_graph_line(data, g), 90, subsequent_indent="  ",
+                                    break_on_hyphens=False)), "",
+        *table(["graph", "k", "forward ms", "x cuSPARSE", "x floor", "backward ms",
+                "x cuSPARSE", "x floor", "top-k ms", "x torch.topk", "x floor", "SDDMM ms",
+                "x floor", "forward, bf16 values"],
+               [row for g in graphs for row in kernel_rows(g)]),
+        *para("What bounds each kernel, measured with Nsight Compute, and the designs tried "
+              "against those bounds are in [docs/performance.md](docs/performance.md).")]
+
+
+# --------------------------------------------------------------------------- mini-batch
+
+def minibatch_rows(data: dict) -> list:
+    results, breakdown = data["results"], data["args"]["breakdown"]
+    rows = []
+    for r in results:
+        relu = next((o for o in results if o["variant"] == "relu" and o["gpus"] == r["gpus"]
+                     and o["sampler"] == r["sampler"] and o.get("step") == "eager"), None)
+        split = " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
+                           for key in ("sample_s", "copy_s", "compute_s"))
+        rows.append([r["sampler"], r.get("step", "eager"), r["variant"], r["gpus"],
+                     f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
+                     split if breakdown else "not measured",
+                     ratio(r["throughput_seeds_per_s"] / relu["throughput_seeds_per_s"])
+                     if relu else "no eager ReLU"])
+    return rows
+
+
+def minibatch_section(data: dict) -> list:
+    args = data["args"]
+    return [
+        "## Mini-batch training", "",
+        *code(command("bench_minibatch.py", [
+            ("--gpus", args["gpus"]), ("--samplers", args["samplers"]),
+            ("--variants", args["variants"]), ("--cuda-graph", args.get("cuda_graph")),
+            ("--prefetch", args.get("prefetch")), ("--batch-size", args["batch_size"]),
+            ("--fanouts", args["fanouts"]), ("--steps", args["steps"]),
+            ("--warmup", args["warmup"]), ("--breakdown", args["breakdown"]),
+            ("--precision", args["precision"])], "OUT"),
+            f"cp OUT/minibatch.json benchmarks/{data['file']}"),
+        *para(f"GraphSAGE {args['layers']} x {args['hidden']} on a generated graph of "
+              f"ogbn-products' size ({args['nodes']:,} nodes, mean in-degree "
+              f"{args['degree']:.1f}, {args['features']} features, {args['classes']} "
+              f"classes, {args['train_fraction']:.0%} of the nodes training seeds), fan-outs "
+              f"{'/'.join(map(str, args['fanouts']))}, batches of {args['batch_size']:,} "
+              f"seeds, {args['precision']} in every arm. Each step is the trainer's "
+              "(`SampledStep`) on blocks that dgl_maxk's device sampler makes one batch "
+              "ahead: eager, or \"graphed\", replayed from a CUDA graph over blocks padded "
+              "to fixed sizes. The trainer's default (`sampling.cuda_graph: auto`) graphs "
+              "MaxK models trained by one process and runs ReLU eagerly. Seeds per second "
+              f"over {args['steps']} timed steps after {args['warmup']} warm-up ones; the "
+              "split of a step (waiting for the sampler / gathering and copying features / "
+              "forward, backward and optimizer) comes from a second pass that synchronises "
+              "at each boundary. \"vs ReLU\" is the throughput over the eager ReLU step's. "
+              "Seeds/s to 1, ms to 0.1, ratios to 0.01."),
+        *table(["sampler", "step", "variant", "GPUs", "seeds/s", "ms/step",
+                "wait / copy / compute ms", "vs ReLU"], minibatch_rows(data))]
+
+
+# --------------------------------------------------------------------------- the page
+
+def render(bench: Path) -> str:
+    """The page, from the JSON in ``bench``."""
+    src = load(bench)
+    lines = [
+        "# Benchmarks", "",
+        "<!-- Rendered by scripts/report.py from the JSON in benchmarks/:",
+        "     edit those or the script, not this page. -->", "",
+        *para("Speed and memory of dgl_maxk on one GPU against the same models on cuSPARSE "
+              "and on PyG: whole training epochs, the CUDA kernels alone, and sampled "
+              "mini-batch steps. Each table gives the command that measured it and the file "
+              "that holds its figures; `python scripts/report.py` renders this page from "
+              "those files."),
+        *environment_section(src),
+        *compare_section(src["compare"]),
+        *kernels_section(src["kernels"]),
+        *minibatch_section(src["minibatch"]),
+        "## Accuracy", "",
+        *para("MaxK against ReLU, and the CUDA kernels against the pure-torch path, on real "
+              "datasets: [RESULTS.md](RESULTS.md)."),
+    ]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main(argv=None) -> int:
+    """0; with --check, 1 where the page differs; 2 where the JSON cannot be read."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 where the page differs from the rendering")
+    parser.add_argument("--benchmarks", type=Path, default=REPO / "benchmarks",
+                        help="the folder of the JSON files (default: benchmarks/)")
+    parser.add_argument("--page", type=Path, default=REPO / "BENCHMARKS.md",
+                        help="the page to write or check (default: BENCHMARKS.md)")
+    args = parser.parse_args(argv)
+    try:
+        text = render(args.benchmarks)
+    except (OSError, ValueError, KeyError) as err:
+        print(f"error: cannot render from {args.benchmarks}: {err!r}", file=sys.stderr)
+        return 2
+    if args.check:
+        if not args.page.exists() or args.page.read_text() != text:
+            print(f"error: {args.page} is not what scripts/report.py renders from "
+                  f"{args.benchmarks}: run python scripts/report.py", file=sys.stderr)
+            return 1
+        return 0
+    args.page.write_text(text)
+    print(f"wrote {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""BENCHMARKS.md is what scripts/report.py renders from the JSON in benchmarks/."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("report", REPO / "scripts" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_page_is_the_rendering_of_the_committed_json(report):
+    page = (REPO / "BENCHMARKS.md").read_text()
+    assert page == report.render(REPO / "benchmarks"), (
+        "BENCHMARKS.md differs from the rendering: run python scripts/report.py")
+    assert len(page.splitlines()) <= 250
+
+
+def test_benchmarks_folder_holds_only_what_the_page_reads(report):
+    read = {name for names in report.SOURCES.values()
+            for name in (names if isinstance(names, tuple) else (names,))}
+    assert {p.name for p in (REPO / "benchmarks").iterdir()} == read
+
+
+def test_check_fails_when_a_measured_figure_changes(report, tmp_path):
+    bench = tmp_path / "benchmarks"
+    shutil.copytree(REPO / "benchmarks", bench)
+    page = tmp_path / "BENCHMARKS.md"
+    shutil.copy(REPO / "BENCHMARKS.md", page)
+    flags = ["--benchmarks", str(bench), "--page", str(page)]
+    assert report.main(["--check", *flags]) == 0
+
+    path = bench / report.SOURCES["compare"]
+    data = json.loads(path.read_text())
+    row = random.choice([r for r in data["results"] if r["variant"].startswith("maxk")])
+    row["epoch_ms"] *= random.uniform(1.5, 3.0)
+    path.write_text(json.dumps(data))
+    assert report.main(["--check", *flags]) == 1
+    assert page.read_text() == (REPO / "BENCHMARKS.md").read_text()  # --check writes nothing
+
+    assert report.main(flags) == 0
+    assert report.main(["--check", *flags]) == 0
+    assert f"{row['epoch_ms']:.1f} (" in page.read_text()
+
+
+def test_a_missing_file_is_one_error_line(report, tmp_path, capsys):
+    assert report.main(["--check", "--benchmarks", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: What each section reads, in benchmarks/.
 SOURCES = {"compare": "compare_h200.json",
            "kernels": ("kernels_h200_reddit.json", "kernels_h200_products.json"),
-           "minibatch": "minibatch_h200.json"}
+           "minibatch": "minibatch_h200.json",
+           "profile": "profile_minibatch_h200.json"}
 #: The kernels of bench_kernels.py's floors: (key, name on the page).
 KERNELS = (("fwd", "forward"), ("bwd", "backward"), ("topk", "top-k"), ("sddmm", "SDDMM"))
 #: torch's float32 matmul precision as the trainer's precision names call it.
@@ -98,7 +99,8 @@ def environment_section(src: dict) -> list:
     rows = [software_row("end to end", src["compare"]),
             *(software_row(f"kernels, {graph_label(k['graphs'][0]['name'])}", k)
               for k in src["kernels"]),
-            software_row("mini-batch", src["minibatch"])]
+            software_row("mini-batch", src["minibatch"]),
+            software_row("mini-batch profile", src["profile"])]
     return ["## Hardware and software", "",
             *para("As each run recorded it (`python -m dgl_maxk env` prints the same for a "
                   "machine). \"matmuls\" is the precision of the matrix products in every "
@@ -300,6 +302,61 @@ def minibatch_section(data: dict) -> list:
         *table(["sampler", "step", "variant", "GPUs", "seeds/s", "ms/step",
                 "wait / copy / compute ms", "vs ReLU"], minibatch_rows(data))]
 
+def phase_group(name: str) -> str:
+    """The row of the profile table a phase of profile_minibatch.py falls in."""
+    if name.startswith("sample"):
+        return "sampling, " + (name.split(":")[0].removeprefix("sample ") if "hop" in name
+                               else "seeds")
+    if name.startswith(("forward: between", "forward: after", "backward: between",
+                        "backward: rest")):
+        return name.split(":")[0] + ": between modules"
+    return name
+
+
+def profile_section(data: dict) -> list:
+    args, results = data["args"], data["results"]
+    variants = [r["variant"] for r in results]
+    groups: dict = {}
+    for r in results:
+        for name, ms in r["phases_ms"].items():
+            groups.setdefault(phase_group(name), {}).setdefault(r["variant"], 0.0)
+            groups[phase_group(name)][r["variant"]] += ms
+    phase_rows = [[name] + [f"{groups[name].get(v, 0.0):.2f}" for v in variants]
+                  for name in groups]
+    phase_rows.append(["sum"] + [f"{sum(r['phases_ms'].values()):.2f}" for r in results])
+    step_rows = []
+    for r in results:
+        for mode, t in r["trainer_step"].items():
+            kinds = sorted(t["kernel_ms_per_step"].items(), key=lambda kv: -kv[1])
+            step_rows.append([
+                r["variant"], "graphed" if t["graphed"] else "eager",
+                f"{t['ms_per_step']:.2f}", f"{t['seeds_per_s']:,.0f}",
+                f"{t['gpu_busy']:.0%}", f"{t['per_step'].get('kernels', 0):.0f}",
+                f"{t['per_step'].get('synchronisations', 0):.0f}",
+                f"{sum(t['kernel_ms_per_step'].values()):.2f}",
+                ", ".join(f"{k} {ms:.2f}" for k, ms in kinds[:4])])
+    return [
+        "### Where a sampled step goes", "",
+        *code(command("profile_minibatch.py", [
+            ("--variants", variants), ("--cuda-graph", args["cuda_graph"]),
+            ("--batch-size", args["batch_size"]), ("--fanouts", args["fanouts"]),
+            ("--steps", args["steps"]), ("--precision", args["precision"])], "OUT"),
+            f"cp OUT/profile_minibatch.json benchmarks/{data['file']}"),
+        *para("The same graph, model and batches. First the eager step taken apart, the GPU "
+              "synchronised at every phase boundary (ms per step; the sum exceeds an "
+              "unsynchronised step, since each phase waits for the GPU, but it shows which "
+              "phases hold the time): sampling is per hop, the output layer's first; "
+              "\"between modules\" is the work outside the hooked modules (MaxK and "
+              "dropout of the next layer's input, autograd's bookkeeping)."),
+        *table(["phase"] + variants, phase_rows),
+        *para("Then the trainer's own step under `torch.profiler`, the sampler one batch "
+              "ahead on its thread as in training: wall time and throughput, the share of "
+              "the wall time the GPU was running kernels, kernel launches and host "
+              "synchronisations per step (the sampler's included), and the GPU's kernel "
+              "time per step, with the four largest kinds of kernel."),
+        *table(["variant", "step", "ms/step", "seeds/s", "GPU busy", "launches",
+                "synchronisations", "kernel ms", "largest kinds (ms)"], step_rows)]
+
 
 # --------------------------------------------------------------------------- the page
 
@@ -319,6 +376,7 @@ def render(bench: Path) -> str:
         *compare_section(src["compare"]),
         *kernels_section(src["kernels"]),
         *minibatch_section(src["minibatch"]),
+        *profile_section(src["profile"]),
         "## Accuracy", "",
         *para("MaxK against ReLU, and the CUDA kernels against the pure-torch path, on real "
               "datasets: [RESULTS.md](RESULTS.md)."),

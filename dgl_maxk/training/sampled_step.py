@@ -44,7 +44,7 @@ def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int,
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
     True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
     one process where a graphed step applies. Fan-outs of -1 leave nothing to pad to.
-    Measured (BENCHMARKS.md, ninth session): graphed MaxK steps no slower than eager ones
+    Measured on an H200: graphed MaxK steps no slower than eager ones
     on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work); under
     torchrun the graphed step's own all-reduce was not measured through the trainer, which
     keeps DDP there."""

@@ -319,11 +319,11 @@ def sspmm_slices(n_src: int, n_entries: int, k: int, dy_bytes: int) -> int:
     ``slice_bytes`` of dX, at most ``max_slices``, and no more than keep the dY rows
     (``dy_bytes``, which each slice reads again) under ``reread_bytes`` in all.
 
-    Measured on an H200 (BENCHMARKS.md, twelfth and thirteenth sessions; d = 256): the
-    fastest measured count, or one tied with it, in every case: Reddit-sized k = 64 kernel
-    9.84 -> 8.88 ms (epoch 81.6 -> 78.5), products-sized k = 8 6.03 -> 5.89; medium k = 32
-    (dX 24 MiB) 1 slice 0.47 ms, 2 slices 0.53; a block of 599k sources and 662k entries
-    1 slice best or tied at k = 32 and 64, and 1.6 ms to build its slices."""
+    Measured on an H200 (d = 256): the fastest measured count, or one tied with it, in every
+    case: Reddit-sized k = 64 kernel 9.84 -> 8.88 ms (epoch 81.6 -> 78.5), products-sized
+    k = 8 6.03 -> 5.89; medium k = 32 (dX 24 MiB) 1 slice 0.47 ms, 2 slices 0.53; a block of
+    599k sources and 662k entries 1 slice best or tied at k = 32 and 64, and 1.6 ms to build
+    its slices."""
     slices = option("cbsr_sspmm", "slices")
     if slices:
         return slices

@@ -4,7 +4,7 @@ MaxK nonlinearity, CBSR features, and CBSR aggregation kernels behind drop-in re
 for ``dgl.nn.SAGEConv``, ``GraphConv`` and ``GINConv``. The layers, from the bottom up:
 ``_dgl`` (the one DGL import point), ``sparse`` (CBSR, graph plans, input checks),
 ``backends`` (pure torch, CUDA), ``ops`` (the operators), ``nn`` and ``patch``, ``models``,
-``data``, ``training`` and ``cli`` (see ARCHITECTURE.md).
+``data``, ``training`` and ``cli`` (see docs/architecture.md).
 """
 from ._dgl import dgl  # noqa: F401  (applies DGL's compatibility fix first)
 from .sparse import CBSR, GraphPlan, deferred_checks, graph_plan, input_checks

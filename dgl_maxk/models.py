@@ -93,12 +93,15 @@ class MaxKGNN(nn.Module):
     Parameters
     ----------
     in_feats, hidden_feats, out_feats : int
-    num_layers : int -- aggregation layers (at least 1)
-    k : int -- entries kept per row by MaxK (1 <= k <= hidden_feats); ignored for ReLU
+    num_layers : int
+        Aggregation layers (at least 1)
+    k : int
+        Entries kept per row by MaxK (1 <= k <= hidden_feats); ignored for ReLU
     dropout : float
     nonlinearity : 'maxk' | 'relu'
-    padded_input : bool -- also take the features padded by :func:`aligned_features` (the
-        same outputs, faster input GEMMs: :class:`InputLinear`)
+    padded_input : bool
+        Also take the features padded by :func:`aligned_features` (the same outputs, faster
+        input GEMMs: :class:`InputLinear`)
     """
 
     def __init__(self, in_feats, hidden_feats, out_feats, num_layers, k=32, dropout=0.5,

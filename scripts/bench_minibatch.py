@@ -55,7 +55,7 @@ from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # no
 from dgl_maxk.training.sampled_step import SampledStep, resolve_cuda_graph  # noqa: E402
 from dgl_maxk.training.step import make_optimizer  # noqa: E402
 
-# NVLink multicast stays off on the shared GPU hosts (see the README).
+# NVLink multicast stays off on shared GPU hosts (see docs/minibatch.md).
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 

@@ -74,7 +74,7 @@ def test_no_import_cycle():
             visit(name, [])
 
 
-#: The layers from the bottom up (ARCHITECTURE.md): a module may import its own layer and the
+#: The layers from the bottom up (docs/architecture.md): a module may import its own layer and the
 #: layers below it, never one above.
 LAYERS = [("dgl_maxk._dgl",), ("dgl_maxk.envinfo", "dgl_maxk.sparse"), ("dgl_maxk.backends",),
           ("dgl_maxk.ops",), ("dgl_maxk.patch",), ("dgl_maxk.nn",), ("dgl_maxk.models",),
@@ -85,7 +85,8 @@ def layer_of(name: str) -> int:
     for rank, prefixes in enumerate(LAYERS):
         if any(name == p or name.startswith(p + ".") for p in prefixes):
             return rank
-    raise AssertionError(f"{name} is in no layer of LAYERS: add it there and to ARCHITECTURE.md")
+    raise AssertionError(f"{name} is in no layer of LAYERS: add it there and to "
+                         "docs/architecture.md")
 
 
 def test_each_layer_imports_only_downwards():

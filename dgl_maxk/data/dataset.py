@@ -24,15 +24,20 @@ class Dataset:
     Attributes
     ----------
     name : str
-    graph : DGLGraph -- on the CPU; self-loops as requested
+    graph : DGLGraph
+        On the CPU; self-loops as requested
     features : Tensor (N, F) float32
     labels : Tensor (N,) int64, or (N, C) float32 when ``multilabel``
     train_mask, val_mask, test_mask : Tensor (N,) bool
-    num_classes : int -- classes, or tasks (labels per node) when ``multilabel``
+    num_classes : int
+        Classes, or tasks (labels per node) when ``multilabel``
     multilabel : bool
-    metric : str -- 'accuracy', 'micro_f1' or 'rocauc'
-    evaluator : str or None -- the OGB dataset name whose ``Evaluator`` scores it
-    notes : str -- anything a reader of the results must know (e.g. random labels)
+    metric : str
+        'accuracy', 'micro_f1' or 'rocauc'
+    evaluator : str or None
+        The OGB dataset name whose ``Evaluator`` scores it
+    notes : str
+        Anything a reader of the results must know (e.g. random labels)
     """
 
     name: str

@@ -82,13 +82,18 @@ def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0, device="cpu",
 
     Parameters
     ----------
-    num_nodes : int -- destination nodes (rows)
+    num_nodes : int
+        Destination nodes (rows)
     num_edges : int
     seed : int
-    device : torch device to build on (a GPU builds 100M+ edges in seconds)
-    max_degree : int, optional -- cap on the in-degree of a node
-    num_src : int, optional -- source nodes (columns)
-    sigma : float -- log-normal spread of the degrees
+    device : torch.device or str
+        Where to build it (a GPU builds 100M+ edges in seconds)
+    max_degree : int, optional
+        Cap on the in-degree of a node
+    num_src : int, optional
+        Source nodes (columns)
+    sigma : float
+        Log-normal spread of the degrees
     """
     num_src = num_nodes if num_src is None else int(num_src)
     num_nodes, num_edges = int(num_nodes), int(num_edges)

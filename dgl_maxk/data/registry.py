@@ -69,18 +69,25 @@ def load_dataset(name: str, root=None, self_loops: bool = True, **params) -> Dat
 
     Parameters
     ----------
-    name : str -- reddit, flickr, yelp, ogbn-arxiv, ogbn-products, ogbn-proteins, cora,
+    name : str
+        One of reddit, flickr, yelp, ogbn-arxiv, ogbn-products, ogbn-proteins, cora,
         citeseer, pubmed, planted, powerlaw
-    root : str or Path, optional -- data root (default ``$DGL_MAXK_DATA``, else ``./data``)
-    self_loops : bool -- remove existing self-loops and add one per node
-    **params -- generator parameters (``planted``, ``powerlaw``) or ``to_bidirected`` for
+    root : str or Path, optional
+        Data root (default ``$DGL_MAXK_DATA``, else ``./data``)
+    self_loops : bool
+        Remove existing self-loops and add one per node
+    **params
+        Generator parameters (``planted``, ``powerlaw``), or ``to_bidirected`` for
         ogbn-arxiv (default True: arxiv's citation edges are directed)
 
     Raises
     ------
-    DatasetNotFound -- a real dataset is missing; the message lists the files and folder
-    DatasetError -- a file is there but cannot be read; the message names it and the way on
-    ValueError -- unknown name, or a parameter unknown, of the wrong type or out of range
+    DatasetNotFound
+        A real dataset is missing; the message lists the files and folder
+    DatasetError
+        A file is there but cannot be read; the message names it and the way on
+    ValueError
+        Unknown name, or a parameter unknown, of the wrong type or out of range
     """
     key = canonical_name(name)
     params = check_params(key, params)

@@ -33,13 +33,13 @@ class GINConv(dgl.nn.GINConv):
     With ``k`` set the layer is ``dgl.nn.GINConv`` applied to MaxK of its input (self and
     neighbour paths), aggregating the k-sparse rows with :func:`dgl_maxk.cbsr_spgemm`. A CBSR
     input is aggregated as it is. With ``k=None`` it computes what DGL's layer does on any
-    device the features are on.
+    device the features are on. MaxK applies to the 'sum' and 'mean' aggregators; 'max' runs
+    DGL's own code (k=None only).
 
     Parameters
     ----------
     apply_func, aggregator_type, init_eps, learn_eps, activation
-        As in ``dgl.nn.GINConv``; MaxK applies to the 'sum' and 'mean' aggregators ('max'
-        runs DGL's own code, k=None only).
+        As in ``dgl.nn.GINConv``.
     k : int or None, optional
         Entries kept per row by MaxK (default: the k of :func:`dgl_maxk.install` while it is in
         effect, else None); ``1 <= k <=`` input width. None disables MaxK.

@@ -26,16 +26,19 @@ class GraphConv(dgl.nn.GraphConv):
     the k-sparse rows (:func:`dgl_maxk.cbsr_spgemm`) before multiplying by ``W`` whatever
     ``in_feats`` and ``out_feats`` are. A CBSR input (say MaxK followed by dropout on the kept
     values, as in the paper's GCN) is aggregated as it is. With ``k=None`` the layer computes
-    what DGL's does, in the same order, on any device the features are on.
+    what DGL's does, in the same order, on any device the features are on, with the same
+    defaults and the same zero-in-degree DGLError.
 
     Parameters
     ----------
     in_feats, out_feats, norm, weight, bias, activation, allow_zero_in_degree
-        As in ``dgl.nn.GraphConv`` (same defaults, same zero-in-degree DGLError).
+        As in ``dgl.nn.GraphConv``.
     k : int or None, optional
         Entries kept per row by MaxK (default: the k of :func:`dgl_maxk.install` while it is in
         effect, else None); ``1 <= k <= in_feats``. None disables MaxK.
 
+    Notes
+    -----
     Parameter shapes are DGL's (``weight``: in x out, ``bias``: out).
 
     Example

@@ -33,17 +33,19 @@ class SAGEConv(dgl.nn.SAGEConv):
     on the CPU may serve features on a GPU). On CBSR rows the 'mean' aggregator fuses the two
     GEMMs on ``fc_self`` and ``fc_neigh``'s weights when they are plain ``torch.nn.Linear``
     modules that no hook watches; otherwise it calls them (hooks, pruning and wrapped
-    modules act as in DGL's layer).
+    modules act as in DGL's layer). MaxK applies to the 'mean' and 'gcn' aggregators; 'pool'
+    and 'lstm' run DGL's own code (k=None only).
 
     Parameters
     ----------
     in_feats, out_feats, aggregator_type, feat_drop, bias, norm, activation
-        As in ``dgl.nn.SAGEConv``: ``aggregator_type`` is 'mean', 'gcn', 'pool' or 'lstm';
-        MaxK applies to 'mean' and 'gcn' ('pool' and 'lstm' run DGL's own code, k=None only).
+        As in ``dgl.nn.SAGEConv``.
     k : int or None, optional
         Entries kept per row by MaxK (default: the k of :func:`dgl_maxk.install` while it is in
         effect, else None); ``1 <= k <= in_feats``. None disables MaxK.
 
+    Notes
+    -----
     Parameter shapes are DGL's (``fc_self.weight``: out x in, ``fc_neigh.weight``: out x in),
     so state dicts load both ways.
 

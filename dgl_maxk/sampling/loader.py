@@ -36,16 +36,22 @@ class NeighborLoader:
     Parameters
     ----------
     graph : DeviceGraph
-    seeds : Tensor (num_seeds,) -- global node ids, no repeats
+    seeds : Tensor (num_seeds,)
+        Global node ids, no repeats
     sampler : NeighborSampler
     batch_size : int
-    shuffle : bool -- a new order each pass, from ``seed`` and the pass number
+    shuffle : bool
+        A new order each pass, from ``seed`` and the pass number
     drop_last : bool
-    seed : int -- the shuffle's and the sampler's random streams
-    rank, world_size : int -- this process's share: the shuffled seeds are cut into
-        ``world_size`` equal parts (wrapping around to fill the last), so every process runs
-        the same number of steps
-    prefetch : int -- batches sampled ahead on a producer thread (0: in the caller's thread)
+    seed : int
+        The shuffle's and the sampler's random streams
+    rank : int
+        This process's part of the seeds
+    world_size : int
+        The processes: the shuffled seeds are cut into ``world_size`` equal parts (wrapping
+        around to fill the last), so every process runs the same number of steps
+    prefetch : int
+        Batches sampled ahead on a producer thread (0: in the caller's thread)
     """
 
     def __init__(self, graph: DeviceGraph, seeds, sampler: NeighborSampler, batch_size, *,

@@ -27,10 +27,12 @@ class DeviceGraph:
     Attributes
     ----------
     indptr : Tensor (num_nodes + 1,), int64
-    indices : Tensor (num_edges,), int32 (int64 from 2^31 nodes) -- source of each in-edge
+    indices : Tensor (num_edges,), int32 (int64 from 2^31 nodes)
+        Source of each in-edge
     num_nodes : int
-    edge_ids : Tensor (num_edges,), int32 or int64, optional -- the graph's id of each in-edge
-        (``from_dgl`` sets DGL's edge ids), which the sampled blocks then carry
+    edge_ids : Tensor (num_edges,), int32 or int64, optional
+        The graph's id of each in-edge (``from_dgl`` sets DGL's edge ids), which the sampled
+        blocks then carry
     """
 
     def __init__(self, indptr, indices, num_nodes, edge_ids=None):

@@ -28,6 +28,9 @@ def index_dtype(d: int) -> torch.dtype:
 class CBSR:
     """A row-balanced sparse matrix: exactly ``k`` stored entries in each of ``N`` rows.
 
+    ``CBSR.from_dense(x, k)`` is :func:`dgl_maxk.maxk` and ``c.to_dense()`` the N x d dense
+    matrix (differentiable with respect to ``values``), both attached by :mod:`dgl_maxk.ops`.
+
     Parameters
     ----------
     values : Tensor, shape (N, k), floating point
@@ -38,9 +41,6 @@ class CBSR:
         they are ascending).
     d : int
         The width of the dense matrix.
-
-    ``CBSR.from_dense(x, k)`` is :func:`dgl_maxk.maxk` and ``c.to_dense()`` the N x d dense
-    matrix (differentiable with respect to ``values``), both attached by :mod:`dgl_maxk.ops`.
 
     Example
     -------

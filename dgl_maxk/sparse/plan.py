@@ -35,19 +35,22 @@ _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 class GraphPlan:
     """CSR over destination rows of a one-edge-type graph or block, on one device.
 
+    Building a plan from CSR tensors reads nothing back to the host.
+
     Attributes
     ----------
     num_src, num_dst, num_edges : int
     indptr : Tensor (num_dst + 1,), int64
-    indices : Tensor (num_edges,), int64 -- source node of each CSR entry
-    edge_ids : Tensor (num_edges,), int64, or None -- DGL edge id of each CSR entry (None:
-        entry i is edge i)
-    in_degrees : Tensor (num_dst,), int64 ; out_degrees : Tensor (num_src,), int64
-    max_in_degree : int or None -- a known bound on the in-degrees (e.g. a sampler's fan-out)
-    rows_sorted : bool or None -- whether each row lists its sources in ascending order, if
-        known (None: :meth:`rows_sorted_by_source` checks, with one host sync)
-
-    Building a plan from CSR tensors reads nothing back to the host.
+    indices : Tensor (num_edges,), int64
+        Source node of each CSR entry
+    edge_ids : Tensor (num_edges,), int64, or None
+        DGL edge id of each CSR entry (None: entry i is edge i)
+    in_degrees : Tensor (num_dst,), int64
+    max_in_degree : int or None
+        A known bound on the in-degrees (e.g. a sampler's fan-out)
+    rows_sorted : bool or None
+        Whether each row lists its sources in ascending order, if known (None:
+        :meth:`rows_sorted_by_source` checks, with one host sync)
     """
 
     @torch.inference_mode(False)
@@ -71,8 +74,8 @@ class GraphPlan:
     @functools.cached_property
     @torch.inference_mode(False)
     def out_degrees(self) -> torch.Tensor:
-        """(num_src,) int64, built on first use (scatter_add, not bincount: bincount reads the
-        largest index back to the host)."""
+        """(num_src,) int64: the out-degree of each source node, built on first use
+        (scatter_add, not bincount, which reads the largest index back to the host)."""
         ones = torch.ones_like(self.indices)
         return torch.zeros(self.num_src, dtype=torch.int64,
                            device=self.device).scatter_add_(0, self.indices, ones)
@@ -284,15 +287,20 @@ class SampledBlock:
 
     Parameters
     ----------
-    indptr : Tensor (num_dst + 1,), int64 -- row pointers of the CSR over destination rows
-    indices : Tensor (num_edges,), int64 -- local source node of each edge, in CSR order
-    src_nodes : Tensor (num_src,), int64 -- global id of each source node
+    indptr : Tensor (num_dst + 1,), int64
+        Row pointers of the CSR over destination rows
+    indices : Tensor (num_edges,), int64
+        Local source node of each edge, in CSR order
+    src_nodes : Tensor (num_src,), int64
+        Global id of each source node
     num_dst : int
-    max_in_degree : int, optional -- a bound on the in-degrees (the fan-out), which lets the
-        CUDA kernels' edge groups be built without reading the degrees back to the host
-    edge_ids : Tensor (num_edges,), int64, optional -- the id in the sampled graph of each
-        edge, in CSR order (DGL's ``block.edata[dgl.EID]``): ``weight[block.edge_ids]`` gives
-        a sampled layer its edge weights
+    max_in_degree : int, optional
+        A bound on the in-degrees (the fan-out), which lets the CUDA kernels' edge groups be
+        built without reading the degrees back to the host
+    edge_ids : Tensor (num_edges,), int64, optional
+        The id in the sampled graph of each edge, in CSR order (DGL's
+        ``block.edata[dgl.EID]``): ``weight[block.edge_ids]`` gives a sampled layer its edge
+        weights
 
     Example
     -------

@@ -1,4 +1,4 @@
-"""Training MaxK-GNN models from configs (see ARCHITECTURE.md for the layers).
+"""Training MaxK-GNN models from configs (see docs/architecture.md for the layers).
 
 - ``config``: the schema, validation, overrides and variants of a config;
 - ``precision``: the run's precision policy (fp32, tf32, bf16);

@@ -20,7 +20,12 @@ import torch
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk import data as D
 
-SHARED_RAW = Path(__file__).resolve().parents[2] / "shared/data/dgl-raw"
+#: Cora's raw files, shared by every test: read only through :func:`copy_cora` (a load from
+#: the shared folder itself writes DGL's processed cache there whenever it is writable).
+SHARED_CORA = Path(__file__).resolve().parents[2] / "shared/data/dgl-raw/cora_v2_d697a464"
+
+needs_cora = pytest.mark.skipif(not SHARED_CORA.is_dir(),
+                                reason=f"Cora's raw files are not at {SHARED_CORA}")
 
 
 # --------------------------------------------------------------------------- fake layouts
@@ -306,19 +311,32 @@ def test_missing_ogb_dataset_lists_layout(tmp_path, no_prompt):
 # --------------------------------------------------------------------------- Cora (real)
 
 
-@pytest.mark.skipif(not (SHARED_RAW / "cora_v2_d697a464").is_dir(),
-                    reason=f"Cora's raw files are not at {SHARED_RAW}/cora_v2_d697a464")
-def test_cora_from_shared_data(cache_dir):
-    before = sorted(p.name for p in (SHARED_RAW / "cora_v2_d697a464").iterdir())
-    ds = D.load_dataset("cora", root=SHARED_RAW)
+def copy_cora(root: Path) -> Path:
+    """A private, writable copy of Cora's raw files (only those: not a processed cache that
+    the shared folder may hold) in ``root``'s Cora folder, which it returns."""
+    _, files, _ = D.dgl_layout("cora", root)
+    folder = root / SHARED_CORA.name
+    folder.mkdir(parents=True)
+    for name in files:
+        shutil.copyfile(SHARED_CORA / name, folder / name)
+    return folder
+
+
+def _listing(folder: Path) -> list:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
+
+
+@needs_cora
+def test_cora_from_a_copy_of_the_shared_files(tmp_path):
+    shared = _listing(SHARED_CORA)
+    folder = copy_cora(tmp_path)
+    ds = D.load_dataset("cora", root=tmp_path)
     assert ds.num_nodes == 2708 and ds.num_features == 1433 and ds.num_classes == 7
     assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == \
         (140, 500, 1000)
     assert ds.graph.num_edges() == 10556 + 2708  # the directed edges plus self-loops
-    if not os.access(SHARED_RAW / "cora_v2_d697a464", os.W_OK) or not (
-            (SHARED_RAW / "cora_v2_d697a464").stat().st_mode & stat.S_IWUSR):
-        # read-only: DGL's cache went to a copy, never next to the shared raw files
-        assert sorted(p.name for p in (SHARED_RAW / "cora_v2_d697a464").iterdir()) == before
+    assert D.files.dgl_cache_files(folder)  # DGL's cache went to the copy, not the source
+    assert _listing(SHARED_CORA) == shared
 
 
 # --------------------------------------------------------------------------- generators
@@ -569,22 +587,11 @@ def test_damaged_flickr_file_is_named(tmp_path, file, how, rng):
     assert_names_damaged_file(err, "flickr", folder / file, "Replace it with a good copy")
 
 
-def _copy_cora(root: Path) -> Path:
-    folder = root / "cora_v2_d697a464"
-    shutil.copytree(SHARED_RAW / "cora_v2_d697a464", folder)
-    folder.chmod(0o755)
-    return folder
-
-
-needs_cora = pytest.mark.skipif(not (SHARED_RAW / "cora_v2_d697a464").is_dir(),
-                                reason=f"Cora's raw files are not at {SHARED_RAW}")
-
-
 @needs_cora
 @pytest.mark.parametrize("suffix,how", [("x", "junk"), ("graph", "truncated"),
                                         ("test.index", "junk"), ("ally", "empty")])
 def test_damaged_cora_file_is_named(tmp_path, suffix, how, rng):
-    folder = _copy_cora(tmp_path)
+    folder = copy_cora(tmp_path)
     file = folder / f"ind.cora_v2.{suffix}"
     damage(file, how, rng)
     with pytest.raises(D.DatasetError) as err:
@@ -594,7 +601,7 @@ def test_damaged_cora_file_is_named(tmp_path, suffix, how, rng):
 
 @needs_cora
 def test_damaged_file_in_read_only_folder_names_the_copy_to_delete(tmp_path, cache_dir, rng):
-    folder = _copy_cora(tmp_path)
+    folder = copy_cora(tmp_path)
     file = folder / "ind.cora_v2.tx"
     good = file.read_bytes()
     damage(file, "junk", rng)

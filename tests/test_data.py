@@ -205,8 +205,9 @@ def test_missing_dgl_dataset_fails_fast_naming_files(tmp_path, name):
     assert time.monotonic() - start < 5
     folder, files, _ = D.dgl_layout(name, tmp_path)
     msg = str(err.value)
-    assert str(folder) in msg and all(msg.count(f) == 1 for f in files)  # each named once
-    assert "none of them is there" in msg
+    assert msg.splitlines()[0] == \
+        f"dataset '{name}' is not on disk: its folder {folder}/ does not exist"
+    assert all(msg.count(f) == 1 for f in files)  # each named once
     assert not any(tmp_path.iterdir()), "a failed load must not create anything"
 
 
@@ -220,8 +221,42 @@ def test_reddit_folder_name_is_dgls():
 def test_partial_dgl_dataset_names_missing_file(tmp_path):
     folder, *_ = write_fake_reddit(tmp_path)
     (folder / "reddit_data.npz").unlink()
-    with pytest.raises(D.DatasetNotFound, match=r"missing: reddit_data\.npz"):
+    with pytest.raises(D.DatasetNotFound) as err:
         D.load_dataset("reddit", root=tmp_path)
+    assert str(err.value).splitlines()[0] == \
+        f"dataset 'reddit' is not on disk: missing from {folder}/: reddit_data.npz"
+
+
+@pytest.mark.parametrize("case", ["no_root", "root_is_file", "no_folder", "empty_folder",
+                                  "one_missing"])
+def test_missing_dataset_leads_with_one_error_line(tmp_path, capsys, case):
+    """The command line's error names what is missing and where in its first line; the
+    files to place follow."""
+    from dgl_maxk.cli import EXIT_DATA, main
+    root = tmp_path / "data"
+    folder, files, _ = D.dgl_layout("cora", root)
+    if case == "root_is_file":
+        root.write_text("")
+    elif case != "no_root":
+        folder.mkdir(parents=True, exist_ok=True)
+    if case == "one_missing":
+        for name in files[1:]:
+            (folder / name).write_bytes(b"")
+    expected = {"no_root": f"the data root {root} does not exist",
+                "root_is_file": f"the data root {root} is a file, not a folder",
+                "no_folder": f"its folder {folder}/ does not exist",
+                "empty_folder": f"none of its 8 files is in {folder}/",
+                "one_missing": f"missing from {folder}/: {files[0]}"}[case]
+    if case == "no_folder":
+        folder.rmdir()
+    config = Path(__file__).resolve().parents[1] / "configs/cora_sage.yaml"
+    status = main(["train", "--config", str(config), "--set", f"dataset.root={root}",
+                   "--out", str(tmp_path / "runs")])
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert status == EXIT_DATA
+    assert first == f"error: dataset 'cora' is not on disk: {expected}"
+    assert [line.strip() for line in rest[1:9]] == list(files)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_data_root_from_environment(tmp_path, monkeypatch):
@@ -290,7 +325,8 @@ def test_ogb_without_release_file_fails_fast_without_prompt(tmp_path, no_prompt)
     assert time.monotonic() - start < 5
     msg = str(err.value)
     assert "RELEASE_v1.txt" in msg and str(fake["folder"]) in msg
-    assert "missing: RELEASE_v1.txt" in msg
+    assert msg.splitlines()[0] == \
+        f"dataset 'ogbn-arxiv' is not on disk: missing from {fake['folder']}/: RELEASE_v1.txt"
     # nothing was deleted or processed
     assert (fake["folder"] / "raw" / "edge.csv.gz").exists()
     assert not (fake["folder"] / "processed").exists()
@@ -304,7 +340,8 @@ def test_missing_ogb_dataset_lists_layout(tmp_path, no_prompt):
               "split/sales_ranking/train.csv.gz"):
         assert f in msg
     assert str(tmp_path / "ogbn_products") in msg and "products.zip" in msg
-    assert "none of them is there" in msg and "missing:" not in msg
+    assert msg.splitlines()[0] == ("dataset 'ogbn-products' is not on disk: its folder "
+                                   f"{tmp_path / 'ogbn_products'}/ does not exist")
     assert not any(tmp_path.iterdir())
 
 

@@ -122,9 +122,31 @@ def dgl_cache_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pkl"))
 
 
-def _missing(files: list, missing: list) -> str:
-    """Which of ``files`` are missing, for a message that has just listed them all."""
-    return "none of them is there" if missing == list(files) else f"missing: {', '.join(missing)}"
+def _what_is_missing(root, folder: Path, needed: list, missing: list) -> str:
+    """What keeps a dataset from being found, and where, in one line."""
+    base = data_root(root)
+    if base.exists() and not base.is_dir():
+        return f"the data root {base} is a file, not a folder"
+    if not base.exists():
+        return f"the data root {base} does not exist"
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not the dataset's folder"
+    if not folder.exists():
+        return f"its folder {folder}/ does not exist"
+    if missing == list(needed):
+        return f"none of its {len(needed)} files is in {folder}/"
+    return f"missing from {folder}/: {', '.join(missing)}"
+
+
+def _not_found(name: str, root, folder: Path, needed: list, missing: list, files,
+               put: str, note: str = "") -> DatasetNotFound:
+    """The error for a dataset that is not on disk: a first line saying what is missing and
+    where, then ``put`` (what to place there), the folder's files and ``note``."""
+    return DatasetNotFound(
+        f"dataset '{name}' is not on disk: {_what_is_missing(root, folder, needed, missing)}"
+        f"\ndgl_maxk does not download. {put}, so that it holds:\n  "
+        + "\n  ".join(files) + note
+        + f"\nThe data root is {data_root(root)} {_ROOT_HINT}.")
 
 
 def check_dgl_files(name: str, root) -> tuple[Path, bool]:
@@ -134,11 +156,8 @@ def check_dgl_files(name: str, root) -> tuple[Path, bool]:
     has_cache = any(f.endswith(".bin") for f in dgl_cache_files(folder))
     missing = [f for f in files if not (folder / f).is_file()]
     if missing and not has_cache:
-        raise DatasetNotFound(
-            f"dataset '{name}' is not on disk and dgl_maxk does not download. Put these "
-            f"files in {folder}/ :\n  " + "\n  ".join(files)
-            + f"\n({_missing(files, missing)}). They are the contents of {source} "
-            f"unpacked into that folder. The data root is {data_root(root)} {_ROOT_HINT}.")
+        raise _not_found(name, root, folder, files, missing, files,
+                         f"Unpack {source} into {folder}/")
     return folder, has_cache
 
 
@@ -152,16 +171,13 @@ def check_ogb_files(name: str, root) -> tuple[Path, bool]:
         needed = [f for f in needed if f != "raw/node_species.csv.gz"]  # OGB renames it
     missing = [f for f in needed if not (folder / f).is_file()]
     if missing:
-        why = ""
+        note = ""
         if missing == ["RELEASE_v1.txt"]:
-            why = ("\nRELEASE_v1.txt is missing: without it OGB asks an interactive y/N "
-                   "question and deletes the folder on 'y'. It ships in the official zip; "
-                   f"restore it (an empty file is enough: touch {folder}/RELEASE_v1.txt).")
-        raise DatasetNotFound(
-            f"dataset '{name}' is not on disk and dgl_maxk does not download. Put "
-            f"{ogb_source(name, folder)} at {folder}/ , so that it holds:\n  "
-            + "\n  ".join(files) + f"\n({_missing(files, missing)}).{why} "
-            f"The data root is {data_root(root)} {_ROOT_HINT}.")
+            note = ("\nWithout RELEASE_v1.txt OGB asks an interactive y/N question and "
+                    "deletes the folder on 'y'. It ships in the official zip; restore it (an "
+                    f"empty file is enough: touch {folder}/RELEASE_v1.txt).")
+        raise _not_found(name, root, folder, needed, missing, files,
+                         f"Put {ogb_source(name, folder)} at {folder}/", note)
     return folder, has_cache
 
 

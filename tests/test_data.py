@@ -601,39 +601,219 @@ def assert_names_damaged_file(err, name, path, way):
     assert "pickled" not in msg and "\n" not in msg, msg
 
 
-@pytest.mark.parametrize("how", ["junk", "truncated", "empty"])
-@pytest.mark.parametrize("file", ["reddit_graph.npz", "reddit_data.npz"])
-def test_damaged_reddit_file_is_named(tmp_path, file, how, rng):
-    folder, *_ = write_fake_reddit(tmp_path)
-    damage(folder / file, how, rng)
+def fake_dataset(name: str, root: Path) -> Path:
+    """A small valid copy of a real dataset in its on-disk layout; returns its folder."""
+    if name == "reddit":
+        return write_fake_reddit(root)[0]
+    if name in ("flickr", "yelp"):
+        folder = D.dgl_layout(name, root)[0].name
+        return write_fake_saint(root, folder, multilabel=name == "yelp", classes=9)[0]
+    if name == "cora":
+        return copy_cora(root)
+    return write_fake_ogb(root, name)["folder"]
+
+
+def _files_of(name: str) -> list:
+    """Every file of a real dataset that a loader reads."""
+    if name.startswith("ogbn-"):
+        return [f for f in D.ogb_layout(name, "/")[1] if f != "RELEASE_v1.txt"]
+    return list(D.dgl_layout(name, "/")[1])
+
+
+EVERY_FILE = [pytest.param(name, file, marks=[needs_cora] if name == "cora" else [])
+              for name in ("reddit", "flickr", "yelp", "cora", "ogbn-arxiv", "ogbn-proteins")
+              for file in _files_of(name)]
+
+
+@pytest.mark.parametrize("name,file", EVERY_FILE)
+def test_every_damaged_raw_file_is_named(tmp_path, no_prompt, cache_dir, name, file, rng):
+    """Each file of each loader, junk, cut at a random place or empty (drawn at random)."""
+    folder = fake_dataset(name, tmp_path)
+    damage(folder / file, rng.choice(["junk", "truncated", "empty"]), rng)
     with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("reddit", root=tmp_path)
-    assert_names_damaged_file(err, "reddit", folder / file,
-                              "Replace it with a good copy from the contents of "
-                              "https://data.dgl.ai/dataset/reddit.zip")
+        D.load_dataset(name, root=tmp_path)
+    origin = ("the contents of " + D.dgl_layout(name, "/")[2] if not name.startswith("ogbn-")
+              else f"the official zip http://snap.stanford.edu/ogb/data/nodeproppred/"
+                   f"{name[5:]}.zip")
+    assert_names_damaged_file(err, name, folder / file,
+                              f"Replace it with a good copy from {origin}")
 
 
-@pytest.mark.parametrize("file,how", [("feats.npy", "junk"), ("feats.npy", "truncated"),
-                                      ("class_map.json", "truncated"), ("role.json", "junk"),
-                                      ("adj_full.npz", "truncated")])
-def test_damaged_flickr_file_is_named(tmp_path, file, how, rng):
-    folder, *_ = write_fake_saint(tmp_path, "flickr_b05c56ca")
-    damage(folder / file, how, rng)
+def _lines(change):
+    """A damage that rewrites a text file (gzip or plain) as ``change`` (of its lines) says,
+    in a valid file of its format."""
+    def apply(path: Path):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            lines = f.read().splitlines()
+        with opener(path, "wt") as f:
+            f.write("".join(line + "\n" for line in change(lines)))
+    return apply
+
+
+def _pickled(change):
+    """A damage that rewrites a pickle (as DGL reads it) with ``change`` of its object."""
+    def apply(path: Path):
+        import pickle
+        import warnings
+        with open(path, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            obj = pickle.load(f, encoding="latin1")
+        path.write_bytes(pickle.dumps(change(obj), protocol=2))
+    return apply
+
+
+def _arrays(change):
+    """A damage that rewrites a .npz archive after ``change`` of its arrays (a dict)."""
+    def apply(path: Path):
+        with np.load(path) as archive:
+            arrays = dict(archive)
+        change(arrays)
+        np.savez(path, **arrays)
+    return apply
+
+
+def _json(change):
+    """A damage that rewrites a JSON file after ``change`` of its (mutable) object."""
+    def apply(path: Path):
+        obj = json.loads(path.read_text())
+        change(obj)
+        path.write_text(json.dumps(obj))
+    return apply
+
+
+def _set(key, index, value):
+    """A change of ``obj[key][index]`` to ``value``, for :func:`_arrays` or :func:`_json`."""
+    def change(obj):
+        obj[key][index] = value
+    return change
+
+
+def _without_last_node(graph: dict) -> dict:
+    last = max(graph)
+    return {k: [v for v in adjacent if v != last] for k, adjacent in graph.items() if k != last}
+
+
+def _one_more_neighbour(graph: dict) -> dict:
+    graph[0] = list(graph[0]) + [len(graph)]
+    return graph
+
+
+def _with_a_training_node(path: Path):
+    """A damage of an OGB split file: it lists a node of the training split as well."""
+    with gzip.open(path.parent / "train.csv.gz", "rt") as f:
+        first = f.readline()
+    with gzip.open(path, "at") as f:
+        f.write(first)
+
+
+def _one_hot_two(labels):
+    labels = labels.copy()
+    labels[0, 0] = 2
+    return labels
+
+
+# (dataset, file, a valid-looking damage, why (in the message), the file named if another)
+DISAGREEING = [
+    ("cora", "ind.cora_v2.test.index", _lines(lambda lines: lines[:500]),
+     "500 test node ids, but ind.cora_v2.tx has 1000 rows", None),
+    ("cora", "ind.cora_v2.test.index", _lines(lambda lines: lines[:-1] + lines[:1]),
+     "a node id listed twice", None),
+    ("cora", "ind.cora_v2.test.index", _lines(lambda lines: lines[:-1] + ["2708"]),
+     "node ids from 1708 to 2708; the 1000 test nodes follow the 1708 rows of "
+     "ind.cora_v2.allx: 1708 to 2707", None),
+    ("cora", "ind.cora_v2.ty", _pickled(lambda ty: ty[:-1]),
+     "999 label rows for the 1000 rows of ind.cora_v2.tx", None),
+    ("cora", "ind.cora_v2.tx", _pickled(lambda tx: tx[:, :-1]),
+     "1432 feature columns, but ind.cora_v2.allx has 1433", None),
+    ("cora", "ind.cora_v2.y", _pickled(lambda y: y[:, :-1]),
+     "6 label columns, but ind.cora_v2.ally has 7", None),
+    ("cora", "ind.cora_v2.ally", _pickled(_one_hot_two), "labels other than 0 and 1", None),
+    ("cora", "ind.cora_v2.allx", _pickled(lambda allx: allx.toarray()),
+     "not a scipy sparse feature matrix", None),
+    ("cora", "ind.cora_v2.graph", _pickled(_one_more_neighbour),
+     "node ids from 0 to 2708, outside 0..2707", None),
+    ("cora", "ind.cora_v2.graph", _pickled(_without_last_node),
+     "2707 nodes, not the 2708 of the features", None),
+    ("cora", "ind.cora_v2.graph", _pickled(lambda graph: list(graph.items())),
+     "not a dict of adjacency lists", None),
+    ("reddit", "reddit_data.npz", _arrays(lambda a: a.update(label=a["label"][:-1])),
+     "'label' of shape (59,), not (60,) as 'feature'", None),
+    ("reddit", "reddit_data.npz", _arrays(_set("node_types", 0, 4)),
+     "node types other than 1, 2, 3", None),
+    ("reddit", "reddit_data.npz", _arrays(_set("label", 0, -1)), "labels from -1 to", None),
+    ("reddit", "reddit_graph.npz", _arrays(lambda a: a.update(shape=np.array([61, 61]))),
+     "an adjacency matrix of shape (61, 61), but reddit_data.npz has 60 nodes", None),
+    ("reddit", "reddit_graph.npz", _arrays(_set("row", 0, 60)),
+     "row indices from 0 to 60, outside 0..59", None),
+    ("flickr", "adj_full.npz", _arrays(_set("indices", 0, 50)),
+     "indices from 0 to 50, outside 0..49", None),
+    ("flickr", "adj_full.npz", _arrays(lambda a: a.update(indptr=a["indptr"][::-1])),
+     "its CSR pointers do not fit", None),
+    ("flickr", "class_map.json", _json(lambda labels: labels.pop("7")),
+     "not one label for each of the 50 nodes", None),
+    ("flickr", "class_map.json", _json(lambda labels: labels.update({"0": -1})),
+     "class numbers from -1", None),
+    ("flickr", "role.json", _json(lambda role: role["te"].append(role["tr"][0])),
+     "'te' shares node ids with an earlier split", None),
+    ("flickr", "role.json", _json(_set("va", 0, 50)), "'va' node ids from", None),
+    ("flickr", "role.json", _json(lambda role: role["tr"].append(role["tr"][0])),
+     "a node id twice in 'tr'", None),
+    ("yelp", "class_map.json", _json(lambda labels: labels["3"].pop()),
+     "multi-label lists of different lengths", None),
+    ("yelp", "class_map.json", _json(lambda labels: labels["3"].__setitem__(0, 2)),
+     "multi-label lists with other than 0, 1", None),
+    ("ogbn-arxiv", "raw/edge.csv.gz", _lines(lambda lines: lines[:-1]),
+     "rows, but num-edge-list.csv.gz says", None),
+    ("ogbn-arxiv", "raw/edge.csv.gz", _lines(lambda lines: ["0,40"] + lines[1:]),
+     "node ids from 0 to 40, outside 0..39", None),
+    ("ogbn-arxiv", "raw/node-feat.csv.gz", _lines(lambda lines: lines[:-1]),
+     "39 rows, but num-node-list.csv.gz says 40 nodes", None),
+    ("ogbn-arxiv", "raw/node-feat.csv.gz",
+     _lines(lambda lines: lines[:3] + [lines[3] + ",0.5"] + lines[4:]),
+     "Expected 5 fields in line 4, saw 6", None),
+    ("ogbn-arxiv", "raw/node-feat.csv.gz",
+     _lines(lambda lines: lines[:3] + ["," + lines[3].split(",", 1)[1]] + lines[4:]),
+     "row 4 has a field that is not a number", None),
+    ("ogbn-arxiv", "raw/node-label.csv.gz", _lines(lambda lines: ["-1"] + lines[1:]),
+     "a value -1 < 0", None),
+    ("ogbn-arxiv", "raw/node_year.csv.gz", _lines(lambda lines: lines + ["2001"]),
+     "41 rows, but num-node-list.csv.gz says 40 nodes", None),
+    ("ogbn-arxiv", "raw/num-node-list.csv.gz", _lines(lambda lines: lines * 2),
+     "2 rows of 1 numbers, not one number", None),
+    ("ogbn-arxiv", "raw/num-edge-list.csv.gz", _lines(lambda lines: [str(int(lines[0]) + 1)]),
+     "rows, but num-edge-list.csv.gz says", "raw/edge.csv.gz"),
+    ("ogbn-arxiv", "split/time/train.csv.gz", _lines(lambda lines: lines + lines[:1]),
+     "a node id twice in 'train'", None),
+    ("ogbn-arxiv", "split/time/valid.csv.gz", _with_a_training_node,
+     "'valid' shares node ids with an earlier split", None),
+    ("ogbn-arxiv", "split/time/test.csv.gz", _lines(lambda lines: ["40"] + lines[1:]),
+     "'test' node ids from", None),
+    ("ogbn-arxiv", "split/time/test.csv.gz", _lines(lambda lines: ["1.5"] + lines[1:]),
+     "ValueError", None),
+    ("ogbn-proteins", "raw/edge-feat.csv.gz", _lines(lambda lines: lines[:-1]),
+     "rows, but num-edge-list.csv.gz says", None),
+    ("ogbn-proteins", "raw/node_species.csv.gz", _lines(lambda lines: lines[:-1]),
+     "39 rows, but num-node-list.csv.gz says 40 nodes", None),
+    ("ogbn-proteins", "raw/node-label.csv.gz", _lines(lambda lines: lines[:1] + lines[2:]),
+     "39 rows", None),
+]
+
+
+@pytest.mark.parametrize("name,file,change,why,named", [
+    pytest.param(*case, marks=[needs_cora] if case[0] == "cora" else [],
+                 id=f"{case[0]}-{Path(case[1]).name}-{i}")
+    for i, case in enumerate(DISAGREEING)])
+def test_raw_file_that_disagrees_with_its_format_is_named(tmp_path, no_prompt, cache_dir, name,
+                                                          file, change, why, named):
+    """Readable files that DGL or OGB would train on, or fail on in their own words: sizes
+    that disagree between files, ids out of range or listed twice, values of the wrong kind."""
+    folder = fake_dataset(name, tmp_path)
+    change(folder / file)
     with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("flickr", root=tmp_path)
-    assert_names_damaged_file(err, "flickr", folder / file, "Replace it with a good copy")
-
-
-@needs_cora
-@pytest.mark.parametrize("suffix,how", [("x", "junk"), ("graph", "truncated"),
-                                        ("test.index", "junk"), ("ally", "empty")])
-def test_damaged_cora_file_is_named(tmp_path, suffix, how, rng):
-    folder = copy_cora(tmp_path)
-    file = folder / f"ind.cora_v2.{suffix}"
-    damage(file, how, rng)
-    with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("cora", root=tmp_path)
-    assert_names_damaged_file(err, "cora", file, "Replace it with a good copy")
+        D.load_dataset(name, root=tmp_path)
+    assert_names_damaged_file(err, name, folder / (named or file), "Replace it with a good copy")
+    assert why in str(err.value)
 
 
 @needs_cora
@@ -671,20 +851,6 @@ def test_unreadable_dgl_cache_without_raw_files_says_both(tmp_path, rng):
         D.load_dataset("reddit", root=tmp_path)
     assert_names_damaged_file(err, "reddit", caches[0], "Delete it")
     assert "missing: reddit_graph.npz, reddit_data.npz" in str(err.value)
-
-
-@pytest.mark.parametrize("file,how", [("raw/edge.csv.gz", "junk"),
-                                      ("raw/node-feat.csv.gz", "truncated"),
-                                      ("raw/num-node-list.csv.gz", "empty"),
-                                      ("split/time/valid.csv.gz", "junk")])
-def test_damaged_ogb_file_is_named(tmp_path, no_prompt, cache_dir, file, how, rng):
-    fake = write_fake_ogb(tmp_path, "ogbn-arxiv")
-    damage(fake["folder"] / file, how, rng)
-    with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("ogbn-arxiv", root=tmp_path)
-    assert_names_damaged_file(err, "ogbn-arxiv", fake["folder"] / file,
-                              "Replace it with a good copy from the official zip "
-                              "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip")
 
 
 def test_damaged_ogb_cache_is_named_and_deleting_it_recovers(tmp_path, no_prompt, rng):

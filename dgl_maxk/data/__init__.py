@@ -19,15 +19,18 @@ Generators owned by the package (no files needed, reproducible from ``seed``):
 The data root is the ``root`` argument, else the environment variable ``DGL_MAXK_DATA``, else
 ``./data``. A missing dataset raises :class:`DatasetNotFound` at once, naming the files to
 place and where (:func:`layout`); OGB's interactive y/N prompt and download are never reached.
-A file that is there but damaged raises :class:`DatasetError` naming it and the way on. DGL
-and OGB write processed caches next to the raw files: when that directory is not writable,
-the raw files are first copied to ``DGL_MAXK_CACHE`` (default: a ``dgl_maxk_cache`` folder in
-the system temp directory).
+Before DGL or OGB processes the raw files, each is read by its format and checked against
+what the dataset's other files imply (sizes, counts, index ranges; an OGB split on every
+load): a file that is there but damaged raises :class:`DatasetError` naming it and the way on,
+and never trains. DGL and OGB write processed caches next to the raw files: when that
+directory is not writable, the raw files are first copied to ``DGL_MAXK_CACHE`` (default: a
+``dgl_maxk_cache`` folder in the system temp directory).
 
 Modules, each importing only those before it: ``dataset`` (the Dataset type and errors),
 ``params`` (parameter ranges), ``generators``, ``files`` (data root, layouts, writable copy),
-``unreadable`` (finding a damaged file), ``loaders``, ``registry`` (names, checks,
-``load_dataset``).
+``formats`` (reading each file format, finding a damaged file), ``checks`` (what a dataset's
+files must agree on), ``unreadable`` (the errors naming a damaged file), ``loaders``,
+``registry`` (names, checks of parameters, ``load_dataset``).
 """
 from .dataset import Dataset, DatasetError, DatasetNotFound
 from .files import data_root, dgl_layout, ogb_layout

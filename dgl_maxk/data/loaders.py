@@ -2,8 +2,9 @@
 DGL's dataset classes and OGB's ``DglNodePropPredDataset`` read offline from the data root
 (nothing is downloaded), and the two generators.
 
-A damaged file raises :class:`DatasetError` naming the dataset, the file and the way on,
-instead of the reader's own error.
+The raw files are checked (:mod:`.checks`) before DGL or OGB processes them, an OGB split on
+every load; a damaged file raises :class:`DatasetError` naming the dataset, the file and the
+way on, instead of training on it or failing with the reader's own error.
 """
 from __future__ import annotations
 
@@ -14,26 +15,27 @@ import warnings
 import torch
 
 from .._dgl import dgl
+from .checks import check_ogb_split, check_raw
 from .dataset import Dataset, build_dataset, index_to_mask
 from .files import (DGL_SPECS, OGB_CACHE, check_dgl_files, check_ogb_files, dgl_cache_files,
                     dgl_layout, ogb_layout, ogb_source, writable_parent)
 from .generators import (PLANTED_PARAMS, POWER_LAW_PARAMS, planted_partition,
                          power_law_graph)
-from .unreadable import READ_ERRORS, unreadable_error
+from .unreadable import Source, reporting
 
 
 def load_dgl(name: str, root, self_loops: bool) -> Dataset:
     """reddit, flickr, yelp, cora, citeseer, pubmed through DGL's dataset classes."""
     folder, has_cache = check_dgl_files(name, root)
     parent = writable_parent(folder, has_cache)
-    cls = getattr(dgl.data, DGL_SPECS[name][0])
-    try:
-        g = cls(raw_dir=str(parent), verbose=False)[0]
-    except READ_ERRORS as err:
-        read_from = parent / folder.name
-        _, raw_files, source = dgl_layout(name, root)
-        raise unreadable_error(name, folder, read_from, raw_files, dgl_cache_files(read_from),
-                               f"the contents of {source}", err) from err
+    read_from = parent / folder.name
+    _, raw_files, origin = dgl_layout(name, root)
+    source = Source(name, folder, read_from, raw_files, lambda: dgl_cache_files(read_from),
+                    f"the contents of {origin}")
+    with reporting(source):
+        if not has_cache:  # DGL processes the raw files
+            check_raw(name, read_from, raw_files)
+        g = getattr(dgl.data, DGL_SPECS[name][0])(raw_dir=str(parent), verbose=False)[0]
     labels = g.ndata["label"]
     multilabel = labels.dim() == 2
     if multilabel:
@@ -53,19 +55,21 @@ def _read_ogb(name: str, root):
     from ogb.nodeproppred import DglNodePropPredDataset
     folder, has_cache = check_ogb_files(name, root)
     parent = writable_parent(folder, has_cache)  # a copy keeps the folder's name
-    try:
+    read_from = parent / folder.name
+    files = ogb_layout(name, root)[1]
+    source = Source(name, folder, read_from, files,
+                    lambda: [OGB_CACHE] if (read_from / OGB_CACHE).is_file() else [],
+                    ogb_source(name, folder))
+    with reporting(source):
+        if not has_cache:  # OGB processes the raw files
+            check_raw(name, read_from, files)
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             # OGB prints 'Saving...' etc., and hands torch a read-only numpy array
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
                                     category=UserWarning)
             ds = DglNodePropPredDataset(name=name, root=str(parent))
-            return ds, ds.get_idx_split()
-    except READ_ERRORS as err:
-        read_from = parent / folder.name
-        files = ogb_layout(name, root)[1]
-        cache = [OGB_CACHE] if (read_from / OGB_CACHE).is_file() else []
-        raise unreadable_error(name, folder, read_from, files, cache,
-                               ogb_source(name, folder), err) from err
+        check_ogb_split(read_from, files, ds[0][0].num_nodes())
+        return ds, ds.get_idx_split()
 
 
 def load_ogb(name: str, root, self_loops: bool, to_bidirected: bool = True) -> Dataset:

@@ -372,7 +372,7 @@ def test_cora_from_a_copy_of_the_shared_files(tmp_path):
     assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == \
         (140, 500, 1000)
     assert ds.graph.num_edges() == 10556 + 2708  # the directed edges plus self-loops
-    assert D.files.dgl_cache_files(folder)  # DGL's cache went to the copy, not the source
+    assert all((folder / f).is_file() for f in D.files.dgl_cache_files("cora"))  # in the copy
     assert _listing(SHARED_CORA) == shared
 
 
@@ -851,6 +851,59 @@ def test_unreadable_dgl_cache_without_raw_files_says_both(tmp_path, rng):
         D.load_dataset("reddit", root=tmp_path)
     assert_names_damaged_file(err, "reddit", caches[0], "Delete it")
     assert "missing: reddit_graph.npz, reddit_data.npz" in str(err.value)
+
+
+@needs_cora
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.99])
+def test_cut_processed_cache_is_reported_before_dgl_reads_it(tmp_path, fraction):
+    """DGL's reader crashes the process on a cut graph file: the cache is checked against
+    what was recorded when it was written, and never reaches DGL."""
+    folder = copy_cora(tmp_path)
+    first = D.load_dataset("cora", root=tmp_path)
+    cache = folder / "cora_v2_dgl_graph.bin"
+    data = cache.read_bytes()
+    cache.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("cora", root=tmp_path)
+    assert_names_damaged_file(err, "cora", cache,
+                              "Delete it: the next load rebuilds it from the raw files.")
+    assert f"({int(len(data) * fraction)} bytes, not the {len(data)} " in str(err.value)
+    cache.unlink()  # the way on, as the message says
+    assert torch.equal(D.load_dataset("cora", root=tmp_path).features, first.features)
+
+
+def test_processed_cache_changed_in_place_is_caught_by_its_digest(tmp_path, rng):
+    folder = fake_dataset("flickr", tmp_path)
+    first = D.load_dataset("flickr", root=tmp_path)
+    cache = folder / "dgl_graph.bin"
+    data, was = cache.read_bytes(), cache.stat()
+    os.utime(cache, ns=(was.st_atime_ns, was.st_mtime_ns + 1_000_000_000))
+    assert torch.equal(D.load_dataset("flickr", root=tmp_path).features, first.features)
+    at = int(rng.integers(len(data)))
+    cache.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("flickr", root=tmp_path)
+    assert_names_damaged_file(err, "flickr", cache, "Delete it")
+    assert "it changed since it was written" in str(err.value)
+
+
+@needs_cora
+def test_unrecorded_processed_cache_is_first_read_in_a_child_process(tmp_path):
+    """A cache that DGL wrote alone (no record) is read by DGL in a child process first:
+    a good one is then used and recorded, a cut one reported."""
+    folder = copy_cora(tmp_path)
+    first = D.load_dataset("cora", root=tmp_path)
+    record = folder / D.processed.RECORD
+    record.unlink()
+    assert torch.equal(D.load_dataset("cora", root=tmp_path).features, first.features)
+    assert record.is_file()
+    record.unlink()
+    cache = folder / "cora_v2_dgl_graph.bin"
+    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("cora", root=tmp_path)
+    assert_names_damaged_file(err, "cora", cache, "Delete it")
+    assert "DGL's graph reader" in str(err.value)
 
 
 def test_damaged_ogb_cache_is_named_and_deleting_it_recovers(tmp_path, no_prompt, rng):

@@ -24,13 +24,18 @@ what the dataset's other files imply (sizes, counts, index ranges; an OGB split 
 load): a file that is there but damaged raises :class:`DatasetError` naming it and the way on,
 and never trains. DGL and OGB write processed caches next to the raw files: when that
 directory is not writable, the raw files are first copied to ``DGL_MAXK_CACHE`` (default: a
-``dgl_maxk_cache`` folder in the system temp directory).
+``dgl_maxk_cache`` folder in the system temp directory). A processed cache is checked
+against the size and digest recorded when it was written (``dgl_maxk_processed.json``), or,
+written without dgl_maxk, read by DGL in a child process first: a damaged one raises
+:class:`DatasetError` naming it (delete it, and the next load rebuilds it), and never
+reaches DGL's reader, which can crash the process on a cut file.
 
 Modules, each importing only those before it: ``dataset`` (the Dataset type and errors),
 ``params`` (parameter ranges), ``generators``, ``files`` (data root, layouts, writable copy),
 ``formats`` (reading each file format, finding a damaged file), ``checks`` (what a dataset's
-files must agree on), ``unreadable`` (the errors naming a damaged file), ``loaders``,
-``registry`` (names, checks of parameters, ``load_dataset``).
+raw files must agree on), ``processed`` (the record of a processed cache), ``unreadable``
+(the errors naming a damaged file), ``loaders``, ``registry`` (names, checks of parameters,
+``load_dataset``).
 """
 from .dataset import Dataset, DatasetError, DatasetNotFound
 from .files import data_root, dgl_layout, ogb_layout

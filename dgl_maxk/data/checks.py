@@ -16,12 +16,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .files import OGB_SPECS, PLANETOID, PLANETOID_PARTS
 from .formats import (Damaged, in_range, npy_shape, npz_array, npz_shapes, read_integers,
                       read_json, read_pickle, require, sparse_shape, table_column,
                       table_stats)
 
-#: The planetoid files, in the order of their layout's file list.
-PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 #: The planetoid split: the training nodes are the rows of ``x``, the next ones validation.
 PLANETOID_VALIDATION = 500
 
@@ -228,9 +227,8 @@ def check_ogb_split(folder: Path, files, nodes: int) -> None:
                       for rel in files if rel.startswith("split/")}, nodes)
 
 
-_RULES = {"cora": _planetoid, "citeseer": _planetoid, "pubmed": _planetoid,
-          "reddit": _reddit, "flickr": _saint, "yelp": _saint,
-          "ogbn-arxiv": _ogb, "ogbn-products": _ogb, "ogbn-proteins": _ogb}
+_RULES = {**{name: _planetoid for name in PLANETOID}, **{name: _ogb for name in OGB_SPECS},
+          "reddit": _reddit, "flickr": _saint, "yelp": _saint}
 
 
 def check_raw(name: str, folder: Path, files) -> None:

@@ -21,7 +21,9 @@ from .dataset import DatasetNotFound
 
 _ROOT_HINT = "(set it with the 'root' option, dataset.root in a config, or $DGL_MAXK_DATA)"
 
-_PLANETOID_FILES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+#: The planetoid datasets, and the parts of each (its files: ind.<name>.<part>).
+PLANETOID = ("cora", "citeseer", "pubmed")
+PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 _SAINT_FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
 
 #: For each DGL dataset: (class name, DGL name, url path, raw files, where to get them).
@@ -34,13 +36,13 @@ DGL_SPECS = {
     "yelp": ("YelpDataset", "yelp", "dataset/yelp.zip", _SAINT_FILES,
              "https://data.dgl.ai/dataset/yelp.zip"),
     "cora": ("CoraGraphDataset", "cora_v2", "dataset/cora_v2.zip",
-             tuple(f"ind.cora_v2.{s}" for s in _PLANETOID_FILES),
+             tuple(f"ind.cora_v2.{s}" for s in PLANETOID_PARTS),
              "https://data.dgl.ai/dataset/cora_v2.zip"),
     "citeseer": ("CiteseerGraphDataset", "citeseer", "dataset/citeseer.zip",
-                 tuple(f"ind.citeseer.{s}" for s in _PLANETOID_FILES),
+                 tuple(f"ind.citeseer.{s}" for s in PLANETOID_PARTS),
                  "https://data.dgl.ai/dataset/citeseer.zip"),
     "pubmed": ("PubmedGraphDataset", "pubmed", "dataset/pubmed.zip",
-               tuple(f"ind.pubmed.{s}" for s in _PLANETOID_FILES),
+               tuple(f"ind.pubmed.{s}" for s in PLANETOID_PARTS),
                "https://data.dgl.ai/dataset/pubmed.zip"),
 }
 
@@ -115,11 +117,14 @@ def describe_layout(name: str, root=None) -> str:
 # --------------------------------------------------------------------------- presence
 
 
-def dgl_cache_files(folder: Path) -> list[str]:
-    """The processed cache DGL wrote into a dataset folder (graph .bin and info .pkl)."""
-    if not folder.is_dir():
-        return []
-    return sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pkl"))
+def dgl_cache_files(name: str) -> tuple[str, ...]:
+    """The processed cache DGL's class for a dataset writes into its folder, and reads
+    instead of the raw files when all of it is there: the graph file, and for the planetoid
+    datasets an info pickle."""
+    dgl_name = DGL_SPECS[name][1]
+    if name in PLANETOID:
+        return f"{dgl_name}_dgl_graph.bin", f"{dgl_name}_dgl_graph.pkl"
+    return ("dgl_graph.bin",)
 
 
 def _what_is_missing(root, folder: Path, needed: list, missing: list) -> str:
@@ -150,10 +155,10 @@ def _not_found(name: str, root, folder: Path, needed: list, missing: list, files
 
 
 def check_dgl_files(name: str, root) -> tuple[Path, bool]:
-    """(folder, whether DGL's processed cache is there); DatasetNotFound when neither the raw
-    files nor a cache are."""
+    """(folder, whether DGL's processed cache is all there); DatasetNotFound when neither the
+    raw files nor a cache are."""
     folder, files, source = dgl_layout(name, root)
-    has_cache = any(f.endswith(".bin") for f in dgl_cache_files(folder))
+    has_cache = all((folder / f).is_file() for f in dgl_cache_files(name))
     missing = [f for f in files if not (folder / f).is_file()]
     if missing and not has_cache:
         raise _not_found(name, root, folder, files, missing, files,

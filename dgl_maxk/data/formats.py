@@ -1,14 +1,18 @@
 """Readers of the real datasets' file formats that fail with :class:`Damaged` (the file, and
 why) where a file does not hold what its format says: NumPy .npy and .npz, scipy's sparse
-.npz, JSON, pickles, text lists of integers and gzip CSV tables of numbers; and
-:func:`find_damaged`, which reads each file of a dataset by its format to find the one that
-made DGL or OGB fail.
+.npz, JSON, pickles, text lists of integers, gzip CSV tables of numbers and DGL graph files
+(read in a child process); and :func:`find_damaged`, which reads each file of a dataset by
+its format to find the one that made DGL or OGB fail.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
+import signal
+import subprocess
+import sys
 import warnings
 import zipfile
 from contextlib import contextmanager
@@ -203,9 +207,25 @@ def _check_npz(folder: Path, rel: str) -> None:
     require(bad is None, rel, f"its member {bad} fails the CRC check")
 
 
-def _check_graphs(folder: Path, rel: str) -> None:
+#: DGL's graph reader, run in a child process: it crashes (a segmentation fault) on some
+#: damaged graph files, which must not end the process that checks them.
+_READ_GRAPHS = "import sys; from dgl_maxk._dgl import dgl; dgl.load_graphs(sys.argv[1])"
+
+
+def read_graphs_apart(folder: Path, rel: str) -> None:
+    """Damaged unless DGL reads the graph file (``dgl.save_graphs``'s) in a child process."""
     with reading(folder, rel) as path:
-        dgl.load_graphs(str(path))
+        package_parent = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [package_parent, os.environ.get("PYTHONPATH")])))
+        done = subprocess.run([sys.executable, "-c", _READ_GRAPHS, str(path)], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if done.returncode < 0:
+        raise Damaged(rel, "DGL's graph reader crashed on it: "
+                           f"{signal.Signals(-done.returncode).name}")
+    lines = done.stderr.strip().splitlines()
+    require(done.returncode == 0, rel, "DGL's graph reader failed on it: "
+            + (lines[-1][:200] if lines else f"exit status {done.returncode}"))
 
 
 def _check_for(rel: str):
@@ -213,7 +233,7 @@ def _check_for(rel: str):
     dataset's folder), or None for a file whose contents nobody reads (RELEASE_v1.txt)."""
     name = Path(rel).name
     if name.endswith(".bin") or name == "dgl_data_processed":
-        return _check_graphs
+        return read_graphs_apart
     if name.endswith(".index"):
         return read_integers
     if name.startswith("ind.") or name.endswith(".pkl"):
@@ -224,15 +244,20 @@ def _check_for(rel: str):
             ".json": read_json}.get(Path(name).suffix)
 
 
+def check_file(folder: Path, rel: str) -> None:
+    """Damaged unless ``folder / rel`` can be read as its format (by its name) says."""
+    check = _check_for(rel)
+    if check is not None:
+        check(folder, rel)
+
+
 def find_damaged(folder: Path, files) -> Damaged | None:
     """Why the first of ``files`` (relative to ``folder``) that is present cannot be read as
     its format says; None when all of them can."""
     for rel in files:
-        check = _check_for(rel)
-        if check is None or not (folder / rel).is_file():
-            continue
-        try:
-            check(folder, rel)
-        except Damaged as damaged:
-            return damaged
+        if (folder / rel).is_file():
+            try:
+                check_file(folder, rel)
+            except Damaged as damaged:
+                return damaged
     return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from .dataset import DatasetError
 from .formats import READ_ERRORS, Damaged, find_damaged, first_line
@@ -15,16 +15,20 @@ from .formats import READ_ERRORS, Damaged, find_damaged, first_line
 
 class Source(NamedTuple):
     """A real dataset as a loader reads it: ``name``, ``folder`` (under the data root),
-    ``read_from`` (that folder, or dgl_maxk's writable copy of it), ``raw_files`` (relative
-    to it), ``caches()`` (the processed cache files there now) and ``origin`` (where good
-    raw files come from, in words)."""
+    ``read_from`` (that folder, or dgl_maxk's writable copy of it), ``raw_files`` and
+    ``cache_files`` (the processed cache DGL or OGB writes; both relative to it) and
+    ``origin`` (where good raw files come from, in words)."""
 
     name: str
     folder: Path
     read_from: Path
     raw_files: tuple
-    caches: Callable[[], list]
+    cache_files: tuple
     origin: str
+
+    def caches(self) -> list:
+        """The processed cache files there now."""
+        return [f for f in self.cache_files if (self.read_from / f).is_file()]
 
     def copy_note(self) -> str:
         return "" if self.read_from == self.folder else (

@@ -20,7 +20,12 @@ import torch
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk import data as D
 
-SHARED_RAW = Path(__file__).resolve().parents[2] / "shared/data/dgl-raw"
+#: Cora's raw files, shared by every test: read only through :func:`copy_cora` (a load from
+#: the shared folder itself writes DGL's processed cache there whenever it is writable).
+SHARED_CORA = Path(__file__).resolve().parents[2] / "shared/data/dgl-raw/cora_v2_d697a464"
+
+needs_cora = pytest.mark.skipif(not SHARED_CORA.is_dir(),
+                                reason=f"Cora's raw files are not at {SHARED_CORA}")
 
 
 # --------------------------------------------------------------------------- fake layouts
@@ -200,8 +205,9 @@ def test_missing_dgl_dataset_fails_fast_naming_files(tmp_path, name):
     assert time.monotonic() - start < 5
     folder, files, _ = D.dgl_layout(name, tmp_path)
     msg = str(err.value)
-    assert str(folder) in msg and all(msg.count(f) == 1 for f in files)  # each named once
-    assert "none of them is there" in msg
+    assert msg.splitlines()[0] == \
+        f"dataset '{name}' is not on disk: its folder {folder}/ does not exist"
+    assert all(msg.count(f) == 1 for f in files)  # each named once
     assert not any(tmp_path.iterdir()), "a failed load must not create anything"
 
 
@@ -215,8 +221,42 @@ def test_reddit_folder_name_is_dgls():
 def test_partial_dgl_dataset_names_missing_file(tmp_path):
     folder, *_ = write_fake_reddit(tmp_path)
     (folder / "reddit_data.npz").unlink()
-    with pytest.raises(D.DatasetNotFound, match=r"missing: reddit_data\.npz"):
+    with pytest.raises(D.DatasetNotFound) as err:
         D.load_dataset("reddit", root=tmp_path)
+    assert str(err.value).splitlines()[0] == \
+        f"dataset 'reddit' is not on disk: missing from {folder}/: reddit_data.npz"
+
+
+@pytest.mark.parametrize("case", ["no_root", "root_is_file", "no_folder", "empty_folder",
+                                  "one_missing"])
+def test_missing_dataset_leads_with_one_error_line(tmp_path, capsys, case):
+    """The command line's error names what is missing and where in its first line; the
+    files to place follow."""
+    from dgl_maxk.cli import EXIT_DATA, main
+    root = tmp_path / "data"
+    folder, files, _ = D.dgl_layout("cora", root)
+    if case == "root_is_file":
+        root.write_text("")
+    elif case != "no_root":
+        folder.mkdir(parents=True, exist_ok=True)
+    if case == "one_missing":
+        for name in files[1:]:
+            (folder / name).write_bytes(b"")
+    expected = {"no_root": f"the data root {root} does not exist",
+                "root_is_file": f"the data root {root} is a file, not a folder",
+                "no_folder": f"its folder {folder}/ does not exist",
+                "empty_folder": f"none of its 8 files is in {folder}/",
+                "one_missing": f"missing from {folder}/: {files[0]}"}[case]
+    if case == "no_folder":
+        folder.rmdir()
+    config = Path(__file__).resolve().parents[1] / "configs/cora_sage.yaml"
+    status = main(["train", "--config", str(config), "--set", f"dataset.root={root}",
+                   "--out", str(tmp_path / "runs")])
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert status == EXIT_DATA
+    assert first == f"error: dataset 'cora' is not on disk: {expected}"
+    assert [line.strip() for line in rest[1:9]] == list(files)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_data_root_from_environment(tmp_path, monkeypatch):
@@ -285,7 +325,8 @@ def test_ogb_without_release_file_fails_fast_without_prompt(tmp_path, no_prompt)
     assert time.monotonic() - start < 5
     msg = str(err.value)
     assert "RELEASE_v1.txt" in msg and str(fake["folder"]) in msg
-    assert "missing: RELEASE_v1.txt" in msg
+    assert msg.splitlines()[0] == \
+        f"dataset 'ogbn-arxiv' is not on disk: missing from {fake['folder']}/: RELEASE_v1.txt"
     # nothing was deleted or processed
     assert (fake["folder"] / "raw" / "edge.csv.gz").exists()
     assert not (fake["folder"] / "processed").exists()
@@ -299,26 +340,40 @@ def test_missing_ogb_dataset_lists_layout(tmp_path, no_prompt):
               "split/sales_ranking/train.csv.gz"):
         assert f in msg
     assert str(tmp_path / "ogbn_products") in msg and "products.zip" in msg
-    assert "none of them is there" in msg and "missing:" not in msg
+    assert msg.splitlines()[0] == ("dataset 'ogbn-products' is not on disk: its folder "
+                                   f"{tmp_path / 'ogbn_products'}/ does not exist")
     assert not any(tmp_path.iterdir())
 
 
 # --------------------------------------------------------------------------- Cora (real)
 
 
-@pytest.mark.skipif(not (SHARED_RAW / "cora_v2_d697a464").is_dir(),
-                    reason=f"Cora's raw files are not at {SHARED_RAW}/cora_v2_d697a464")
-def test_cora_from_shared_data(cache_dir):
-    before = sorted(p.name for p in (SHARED_RAW / "cora_v2_d697a464").iterdir())
-    ds = D.load_dataset("cora", root=SHARED_RAW)
+def copy_cora(root: Path) -> Path:
+    """A private, writable copy of Cora's raw files (only those: not a processed cache that
+    the shared folder may hold) in ``root``'s Cora folder, which it returns."""
+    _, files, _ = D.dgl_layout("cora", root)
+    folder = root / SHARED_CORA.name
+    folder.mkdir(parents=True)
+    for name in files:
+        shutil.copyfile(SHARED_CORA / name, folder / name)
+    return folder
+
+
+def _listing(folder: Path) -> list:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
+
+
+@needs_cora
+def test_cora_from_a_copy_of_the_shared_files(tmp_path):
+    shared = _listing(SHARED_CORA)
+    folder = copy_cora(tmp_path)
+    ds = D.load_dataset("cora", root=tmp_path)
     assert ds.num_nodes == 2708 and ds.num_features == 1433 and ds.num_classes == 7
     assert (int(ds.train_mask.sum()), int(ds.val_mask.sum()), int(ds.test_mask.sum())) == \
         (140, 500, 1000)
     assert ds.graph.num_edges() == 10556 + 2708  # the directed edges plus self-loops
-    if not os.access(SHARED_RAW / "cora_v2_d697a464", os.W_OK) or not (
-            (SHARED_RAW / "cora_v2_d697a464").stat().st_mode & stat.S_IWUSR):
-        # read-only: DGL's cache went to a copy, never next to the shared raw files
-        assert sorted(p.name for p in (SHARED_RAW / "cora_v2_d697a464").iterdir()) == before
+    assert all((folder / f).is_file() for f in D.files.dgl_cache_files("cora"))  # in the copy
+    assert _listing(SHARED_CORA) == shared
 
 
 # --------------------------------------------------------------------------- generators
@@ -546,55 +601,224 @@ def assert_names_damaged_file(err, name, path, way):
     assert "pickled" not in msg and "\n" not in msg, msg
 
 
-@pytest.mark.parametrize("how", ["junk", "truncated", "empty"])
-@pytest.mark.parametrize("file", ["reddit_graph.npz", "reddit_data.npz"])
-def test_damaged_reddit_file_is_named(tmp_path, file, how, rng):
-    folder, *_ = write_fake_reddit(tmp_path)
-    damage(folder / file, how, rng)
+def fake_dataset(name: str, root: Path) -> Path:
+    """A small valid copy of a real dataset in its on-disk layout; returns its folder."""
+    if name == "reddit":
+        return write_fake_reddit(root)[0]
+    if name in ("flickr", "yelp"):
+        folder = D.dgl_layout(name, root)[0].name
+        return write_fake_saint(root, folder, multilabel=name == "yelp", classes=9)[0]
+    if name == "cora":
+        return copy_cora(root)
+    return write_fake_ogb(root, name)["folder"]
+
+
+def _files_of(name: str) -> list:
+    """Every file of a real dataset that a loader reads."""
+    if name.startswith("ogbn-"):
+        return [f for f in D.ogb_layout(name, "/")[1] if f != "RELEASE_v1.txt"]
+    return list(D.dgl_layout(name, "/")[1])
+
+
+EVERY_FILE = [pytest.param(name, file, marks=[needs_cora] if name == "cora" else [])
+              for name in ("reddit", "flickr", "yelp", "cora", "ogbn-arxiv", "ogbn-proteins")
+              for file in _files_of(name)]
+
+
+@pytest.mark.parametrize("name,file", EVERY_FILE)
+def test_every_damaged_raw_file_is_named(tmp_path, no_prompt, cache_dir, name, file, rng):
+    """Each file of each loader, junk, cut at a random place or empty (drawn at random)."""
+    folder = fake_dataset(name, tmp_path)
+    damage(folder / file, rng.choice(["junk", "truncated", "empty"]), rng)
     with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("reddit", root=tmp_path)
-    assert_names_damaged_file(err, "reddit", folder / file,
-                              "Replace it with a good copy from the contents of "
-                              "https://data.dgl.ai/dataset/reddit.zip")
+        D.load_dataset(name, root=tmp_path)
+    origin = ("the contents of " + D.dgl_layout(name, "/")[2] if not name.startswith("ogbn-")
+              else f"the official zip http://snap.stanford.edu/ogb/data/nodeproppred/"
+                   f"{name[5:]}.zip")
+    assert_names_damaged_file(err, name, folder / file,
+                              f"Replace it with a good copy from {origin}")
 
 
-@pytest.mark.parametrize("file,how", [("feats.npy", "junk"), ("feats.npy", "truncated"),
-                                      ("class_map.json", "truncated"), ("role.json", "junk"),
-                                      ("adj_full.npz", "truncated")])
-def test_damaged_flickr_file_is_named(tmp_path, file, how, rng):
-    folder, *_ = write_fake_saint(tmp_path, "flickr_b05c56ca")
-    damage(folder / file, how, rng)
+def _lines(change):
+    """A damage that rewrites a text file (gzip or plain) as ``change`` (of its lines) says,
+    in a valid file of its format."""
+    def apply(path: Path):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            lines = f.read().splitlines()
+        with opener(path, "wt") as f:
+            f.write("".join(line + "\n" for line in change(lines)))
+    return apply
+
+
+def _pickled(change):
+    """A damage that rewrites a pickle (as DGL reads it) with ``change`` of its object."""
+    def apply(path: Path):
+        import pickle
+        import warnings
+        with open(path, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            obj = pickle.load(f, encoding="latin1")
+        path.write_bytes(pickle.dumps(change(obj), protocol=2))
+    return apply
+
+
+def _arrays(change):
+    """A damage that rewrites a .npz archive after ``change`` of its arrays (a dict)."""
+    def apply(path: Path):
+        with np.load(path) as archive:
+            arrays = dict(archive)
+        change(arrays)
+        np.savez(path, **arrays)
+    return apply
+
+
+def _json(change):
+    """A damage that rewrites a JSON file after ``change`` of its (mutable) object."""
+    def apply(path: Path):
+        obj = json.loads(path.read_text())
+        change(obj)
+        path.write_text(json.dumps(obj))
+    return apply
+
+
+def _set(key, index, value):
+    """A change of ``obj[key][index]`` to ``value``, for :func:`_arrays` or :func:`_json`."""
+    def change(obj):
+        obj[key][index] = value
+    return change
+
+
+def _without_last_node(graph: dict) -> dict:
+    last = max(graph)
+    return {k: [v for v in adjacent if v != last] for k, adjacent in graph.items() if k != last}
+
+
+def _one_more_neighbour(graph: dict) -> dict:
+    graph[0] = list(graph[0]) + [len(graph)]
+    return graph
+
+
+def _with_a_training_node(path: Path):
+    """A damage of an OGB split file: it lists a node of the training split as well."""
+    with gzip.open(path.parent / "train.csv.gz", "rt") as f:
+        first = f.readline()
+    with gzip.open(path, "at") as f:
+        f.write(first)
+
+
+def _one_hot_two(labels):
+    labels = labels.copy()
+    labels[0, 0] = 2
+    return labels
+
+
+# (dataset, file, a valid-looking damage, why (in the message), the file named if another)
+DISAGREEING = [
+    ("cora", "ind.cora_v2.test.index", _lines(lambda lines: lines[:500]),
+     "500 test node ids, but ind.cora_v2.tx has 1000 rows", None),
+    ("cora", "ind.cora_v2.test.index", _lines(lambda lines: lines[:-1] + lines[:1]),
+     "a node id listed twice", None),
+    ("cora", "ind.cora_v2.test.index", _lines(lambda lines: lines[:-1] + ["2708"]),
+     "node ids from 1708 to 2708; the 1000 test nodes follow the 1708 rows of "
+     "ind.cora_v2.allx: 1708 to 2707", None),
+    ("cora", "ind.cora_v2.ty", _pickled(lambda ty: ty[:-1]),
+     "999 label rows for the 1000 rows of ind.cora_v2.tx", None),
+    ("cora", "ind.cora_v2.tx", _pickled(lambda tx: tx[:, :-1]),
+     "1432 feature columns, but ind.cora_v2.allx has 1433", None),
+    ("cora", "ind.cora_v2.y", _pickled(lambda y: y[:, :-1]),
+     "6 label columns, but ind.cora_v2.ally has 7", None),
+    ("cora", "ind.cora_v2.ally", _pickled(_one_hot_two), "labels other than 0 and 1", None),
+    ("cora", "ind.cora_v2.allx", _pickled(lambda allx: allx.toarray()),
+     "not a scipy sparse feature matrix", None),
+    ("cora", "ind.cora_v2.graph", _pickled(_one_more_neighbour),
+     "node ids from 0 to 2708, outside 0..2707", None),
+    ("cora", "ind.cora_v2.graph", _pickled(_without_last_node),
+     "2707 nodes, not the 2708 of the features", None),
+    ("cora", "ind.cora_v2.graph", _pickled(lambda graph: list(graph.items())),
+     "not a dict of adjacency lists", None),
+    ("reddit", "reddit_data.npz", _arrays(lambda a: a.update(label=a["label"][:-1])),
+     "'label' of shape (59,), not (60,) as 'feature'", None),
+    ("reddit", "reddit_data.npz", _arrays(_set("node_types", 0, 4)),
+     "node types other than 1, 2, 3", None),
+    ("reddit", "reddit_data.npz", _arrays(_set("label", 0, -1)), "labels from -1 to", None),
+    ("reddit", "reddit_graph.npz", _arrays(lambda a: a.update(shape=np.array([61, 61]))),
+     "an adjacency matrix of shape (61, 61), but reddit_data.npz has 60 nodes", None),
+    ("reddit", "reddit_graph.npz", _arrays(_set("row", 0, 60)),
+     "row indices from 0 to 60, outside 0..59", None),
+    ("flickr", "adj_full.npz", _arrays(_set("indices", 0, 50)),
+     "indices from 0 to 50, outside 0..49", None),
+    ("flickr", "adj_full.npz", _arrays(lambda a: a.update(indptr=a["indptr"][::-1])),
+     "its CSR pointers do not fit", None),
+    ("flickr", "class_map.json", _json(lambda labels: labels.pop("7")),
+     "not one label for each of the 50 nodes", None),
+    ("flickr", "class_map.json", _json(lambda labels: labels.update({"0": -1})),
+     "class numbers from -1", None),
+    ("flickr", "role.json", _json(lambda role: role["te"].append(role["tr"][0])),
+     "'te' shares node ids with an earlier split", None),
+    ("flickr", "role.json", _json(_set("va", 0, 50)), "'va' node ids from", None),
+    ("flickr", "role.json", _json(lambda role: role["tr"].append(role["tr"][0])),
+     "a node id twice in 'tr'", None),
+    ("yelp", "class_map.json", _json(lambda labels: labels["3"].pop()),
+     "multi-label lists of different lengths", None),
+    ("yelp", "class_map.json", _json(lambda labels: labels["3"].__setitem__(0, 2)),
+     "multi-label lists with other than 0, 1", None),
+    ("ogbn-arxiv", "raw/edge.csv.gz", _lines(lambda lines: lines[:-1]),
+     "rows, but num-edge-list.csv.gz says", None),
+    ("ogbn-arxiv", "raw/edge.csv.gz", _lines(lambda lines: ["0,40"] + lines[1:]),
+     "node ids from 0 to 40, outside 0..39", None),
+    ("ogbn-arxiv", "raw/node-feat.csv.gz", _lines(lambda lines: lines[:-1]),
+     "39 rows, but num-node-list.csv.gz says 40 nodes", None),
+    ("ogbn-arxiv", "raw/node-feat.csv.gz",
+     _lines(lambda lines: lines[:3] + [lines[3] + ",0.5"] + lines[4:]),
+     "Expected 5 fields in line 4, saw 6", None),
+    ("ogbn-arxiv", "raw/node-feat.csv.gz",
+     _lines(lambda lines: lines[:3] + ["," + lines[3].split(",", 1)[1]] + lines[4:]),
+     "row 4 has a field that is not a number", None),
+    ("ogbn-arxiv", "raw/node-label.csv.gz", _lines(lambda lines: ["-1"] + lines[1:]),
+     "a value -1 < 0", None),
+    ("ogbn-arxiv", "raw/node_year.csv.gz", _lines(lambda lines: lines + ["2001"]),
+     "41 rows, but num-node-list.csv.gz says 40 nodes", None),
+    ("ogbn-arxiv", "raw/num-node-list.csv.gz", _lines(lambda lines: lines * 2),
+     "2 rows of 1 numbers, not one number", None),
+    ("ogbn-arxiv", "raw/num-edge-list.csv.gz", _lines(lambda lines: [str(int(lines[0]) + 1)]),
+     "rows, but num-edge-list.csv.gz says", "raw/edge.csv.gz"),
+    ("ogbn-arxiv", "split/time/train.csv.gz", _lines(lambda lines: lines + lines[:1]),
+     "a node id twice in 'train'", None),
+    ("ogbn-arxiv", "split/time/valid.csv.gz", _with_a_training_node,
+     "'valid' shares node ids with an earlier split", None),
+    ("ogbn-arxiv", "split/time/test.csv.gz", _lines(lambda lines: ["40"] + lines[1:]),
+     "'test' node ids from", None),
+    ("ogbn-arxiv", "split/time/test.csv.gz", _lines(lambda lines: ["1.5"] + lines[1:]),
+     "ValueError", None),
+    ("ogbn-proteins", "raw/edge-feat.csv.gz", _lines(lambda lines: lines[:-1]),
+     "rows, but num-edge-list.csv.gz says", None),
+    ("ogbn-proteins", "raw/node_species.csv.gz", _lines(lambda lines: lines[:-1]),
+     "39 rows, but num-node-list.csv.gz says 40 nodes", None),
+    ("ogbn-proteins", "raw/node-label.csv.gz", _lines(lambda lines: lines[:1] + lines[2:]),
+     "39 rows", None),
+]
+
+
+@pytest.mark.parametrize("name,file,change,why,named", [
+    pytest.param(*case, marks=[needs_cora] if case[0] == "cora" else [],
+                 id=f"{case[0]}-{Path(case[1]).name}-{i}")
+    for i, case in enumerate(DISAGREEING)])
+def test_raw_file_that_disagrees_with_its_format_is_named(tmp_path, no_prompt, cache_dir, name,
+                                                          file, change, why, named):
+    """Readable files that DGL or OGB would train on, or fail on in their own words: sizes
+    that disagree between files, ids out of range or listed twice, values of the wrong kind."""
+    folder = fake_dataset(name, tmp_path)
+    change(folder / file)
     with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("flickr", root=tmp_path)
-    assert_names_damaged_file(err, "flickr", folder / file, "Replace it with a good copy")
-
-
-def _copy_cora(root: Path) -> Path:
-    folder = root / "cora_v2_d697a464"
-    shutil.copytree(SHARED_RAW / "cora_v2_d697a464", folder)
-    folder.chmod(0o755)
-    return folder
-
-
-needs_cora = pytest.mark.skipif(not (SHARED_RAW / "cora_v2_d697a464").is_dir(),
-                                reason=f"Cora's raw files are not at {SHARED_RAW}")
-
-
-@needs_cora
-@pytest.mark.parametrize("suffix,how", [("x", "junk"), ("graph", "truncated"),
-                                        ("test.index", "junk"), ("ally", "empty")])
-def test_damaged_cora_file_is_named(tmp_path, suffix, how, rng):
-    folder = _copy_cora(tmp_path)
-    file = folder / f"ind.cora_v2.{suffix}"
-    damage(file, how, rng)
-    with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("cora", root=tmp_path)
-    assert_names_damaged_file(err, "cora", file, "Replace it with a good copy")
+        D.load_dataset(name, root=tmp_path)
+    assert_names_damaged_file(err, name, folder / (named or file), "Replace it with a good copy")
+    assert why in str(err.value)
 
 
 @needs_cora
 def test_damaged_file_in_read_only_folder_names_the_copy_to_delete(tmp_path, cache_dir, rng):
-    folder = _copy_cora(tmp_path)
+    folder = copy_cora(tmp_path)
     file = folder / "ind.cora_v2.tx"
     good = file.read_bytes()
     damage(file, "junk", rng)
@@ -629,18 +853,57 @@ def test_unreadable_dgl_cache_without_raw_files_says_both(tmp_path, rng):
     assert "missing: reddit_graph.npz, reddit_data.npz" in str(err.value)
 
 
-@pytest.mark.parametrize("file,how", [("raw/edge.csv.gz", "junk"),
-                                      ("raw/node-feat.csv.gz", "truncated"),
-                                      ("raw/num-node-list.csv.gz", "empty"),
-                                      ("split/time/valid.csv.gz", "junk")])
-def test_damaged_ogb_file_is_named(tmp_path, no_prompt, cache_dir, file, how, rng):
-    fake = write_fake_ogb(tmp_path, "ogbn-arxiv")
-    damage(fake["folder"] / file, how, rng)
+@needs_cora
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.99])
+def test_cut_processed_cache_is_reported_before_dgl_reads_it(tmp_path, fraction):
+    """DGL's reader crashes the process on a cut graph file: the cache is checked against
+    what was recorded when it was written, and never reaches DGL."""
+    folder = copy_cora(tmp_path)
+    first = D.load_dataset("cora", root=tmp_path)
+    cache = folder / "cora_v2_dgl_graph.bin"
+    data = cache.read_bytes()
+    cache.write_bytes(data[: int(len(data) * fraction)])
     with pytest.raises(D.DatasetError) as err:
-        D.load_dataset("ogbn-arxiv", root=tmp_path)
-    assert_names_damaged_file(err, "ogbn-arxiv", fake["folder"] / file,
-                              "Replace it with a good copy from the official zip "
-                              "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip")
+        D.load_dataset("cora", root=tmp_path)
+    assert_names_damaged_file(err, "cora", cache,
+                              "Delete it: the next load rebuilds it from the raw files.")
+    assert f"({int(len(data) * fraction)} bytes, not the {len(data)} " in str(err.value)
+    cache.unlink()  # the way on, as the message says
+    assert torch.equal(D.load_dataset("cora", root=tmp_path).features, first.features)
+
+
+def test_processed_cache_changed_in_place_is_caught_by_its_digest(tmp_path, rng):
+    folder = fake_dataset("flickr", tmp_path)
+    first = D.load_dataset("flickr", root=tmp_path)
+    cache = folder / "dgl_graph.bin"
+    data, was = cache.read_bytes(), cache.stat()
+    os.utime(cache, ns=(was.st_atime_ns, was.st_mtime_ns + 1_000_000_000))
+    assert torch.equal(D.load_dataset("flickr", root=tmp_path).features, first.features)
+    at = int(rng.integers(len(data)))
+    cache.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:])
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("flickr", root=tmp_path)
+    assert_names_damaged_file(err, "flickr", cache, "Delete it")
+    assert "it changed since it was written" in str(err.value)
+
+
+@needs_cora
+def test_unrecorded_processed_cache_is_first_read_in_a_child_process(tmp_path):
+    """A cache that DGL wrote alone (no record) is read by DGL in a child process first:
+    a good one is then used and recorded, a cut one reported."""
+    folder = copy_cora(tmp_path)
+    first = D.load_dataset("cora", root=tmp_path)
+    record = folder / D.processed.RECORD
+    record.unlink()
+    assert torch.equal(D.load_dataset("cora", root=tmp_path).features, first.features)
+    assert record.is_file()
+    record.unlink()
+    cache = folder / "cora_v2_dgl_graph.bin"
+    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset("cora", root=tmp_path)
+    assert_names_damaged_file(err, "cora", cache, "Delete it")
+    assert "DGL's graph reader" in str(err.value)
 
 
 def test_damaged_ogb_cache_is_named_and_deleting_it_recovers(tmp_path, no_prompt, rng):

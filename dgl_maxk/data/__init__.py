@@ -19,14 +19,22 @@ Generators owned by the package (no files needed, reproducible from ``seed``):
 The data root is the ``root`` argument, else the environment variable ``DGL_MAXK_DATA``, else
 ``./data``. A missing dataset raises :class:`DatasetNotFound` at once, naming the files to
 place and where (:func:`layout`); OGB's interactive y/N prompt and download are never reached.
-A file that is there but damaged raises :class:`DatasetError` naming it and the way on. DGL
-and OGB write processed caches next to the raw files: when that directory is not writable,
-the raw files are first copied to ``DGL_MAXK_CACHE`` (default: a ``dgl_maxk_cache`` folder in
-the system temp directory).
+Before DGL or OGB processes the raw files, each is read by its format and checked against
+what the dataset's other files imply (sizes, counts, index ranges; an OGB split on every
+load): a file that is there but damaged raises :class:`DatasetError` naming it and the way on,
+and never trains. DGL and OGB write processed caches next to the raw files: when that
+directory is not writable, the raw files are first copied to ``DGL_MAXK_CACHE`` (default: a
+``dgl_maxk_cache`` folder in the system temp directory). A processed cache is checked
+against the size and digest recorded when it was written (``dgl_maxk_processed.json``), or,
+written without dgl_maxk, read by DGL in a child process first: a damaged one raises
+:class:`DatasetError` naming it (delete it, and the next load rebuilds it), and never
+reaches DGL's reader, which can crash the process on a cut file.
 
 Modules, each importing only those before it: ``dataset`` (the Dataset type and errors),
 ``params`` (parameter ranges), ``generators``, ``files`` (data root, layouts, writable copy),
-``unreadable`` (finding a damaged file), ``loaders``, ``registry`` (names, checks,
+``formats`` (reading each file format, finding a damaged file), ``checks`` (what a dataset's
+raw files must agree on), ``processed`` (the record of a processed cache), ``unreadable``
+(the errors naming a damaged file), ``loaders``, ``registry`` (names, checks of parameters,
 ``load_dataset``).
 """
 from .dataset import Dataset, DatasetError, DatasetNotFound

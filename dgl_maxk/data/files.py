@@ -21,7 +21,9 @@ from .dataset import DatasetNotFound
 
 _ROOT_HINT = "(set it with the 'root' option, dataset.root in a config, or $DGL_MAXK_DATA)"
 
-_PLANETOID_FILES = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
+#: The planetoid datasets, and the parts of each (its files: ind.<name>.<part>).
+PLANETOID = ("cora", "citeseer", "pubmed")
+PLANETOID_PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")
 _SAINT_FILES = ("adj_full.npz", "feats.npy", "class_map.json", "role.json")
 
 #: For each DGL dataset: (class name, DGL name, url path, raw files, where to get them).
@@ -34,13 +36,13 @@ DGL_SPECS = {
     "yelp": ("YelpDataset", "yelp", "dataset/yelp.zip", _SAINT_FILES,
              "https://data.dgl.ai/dataset/yelp.zip"),
     "cora": ("CoraGraphDataset", "cora_v2", "dataset/cora_v2.zip",
-             tuple(f"ind.cora_v2.{s}" for s in _PLANETOID_FILES),
+             tuple(f"ind.cora_v2.{s}" for s in PLANETOID_PARTS),
              "https://data.dgl.ai/dataset/cora_v2.zip"),
     "citeseer": ("CiteseerGraphDataset", "citeseer", "dataset/citeseer.zip",
-                 tuple(f"ind.citeseer.{s}" for s in _PLANETOID_FILES),
+                 tuple(f"ind.citeseer.{s}" for s in PLANETOID_PARTS),
                  "https://data.dgl.ai/dataset/citeseer.zip"),
     "pubmed": ("PubmedGraphDataset", "pubmed", "dataset/pubmed.zip",
-               tuple(f"ind.pubmed.{s}" for s in _PLANETOID_FILES),
+               tuple(f"ind.pubmed.{s}" for s in PLANETOID_PARTS),
                "https://data.dgl.ai/dataset/pubmed.zip"),
 }
 
@@ -115,30 +117,52 @@ def describe_layout(name: str, root=None) -> str:
 # --------------------------------------------------------------------------- presence
 
 
-def dgl_cache_files(folder: Path) -> list[str]:
-    """The processed cache DGL wrote into a dataset folder (graph .bin and info .pkl)."""
-    if not folder.is_dir():
-        return []
-    return sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pkl"))
+def dgl_cache_files(name: str) -> tuple[str, ...]:
+    """The processed cache DGL's class for a dataset writes into its folder, and reads
+    instead of the raw files when all of it is there: the graph file, and for the planetoid
+    datasets an info pickle."""
+    dgl_name = DGL_SPECS[name][1]
+    if name in PLANETOID:
+        return f"{dgl_name}_dgl_graph.bin", f"{dgl_name}_dgl_graph.pkl"
+    return ("dgl_graph.bin",)
 
 
-def _missing(files: list, missing: list) -> str:
-    """Which of ``files`` are missing, for a message that has just listed them all."""
-    return "none of them is there" if missing == list(files) else f"missing: {', '.join(missing)}"
+def _what_is_missing(root, folder: Path, needed: list, missing: list) -> str:
+    """What keeps a dataset from being found, and where, in one line."""
+    base = data_root(root)
+    if base.exists() and not base.is_dir():
+        return f"the data root {base} is a file, not a folder"
+    if not base.exists():
+        return f"the data root {base} does not exist"
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not the dataset's folder"
+    if not folder.exists():
+        return f"its folder {folder}/ does not exist"
+    if missing == list(needed):
+        return f"none of its {len(needed)} files is in {folder}/"
+    return f"missing from {folder}/: {', '.join(missing)}"
+
+
+def _not_found(name: str, root, folder: Path, needed: list, missing: list, files,
+               put: str, note: str = "") -> DatasetNotFound:
+    """The error for a dataset that is not on disk: a first line saying what is missing and
+    where, then ``put`` (what to place there), the folder's files and ``note``."""
+    return DatasetNotFound(
+        f"dataset '{name}' is not on disk: {_what_is_missing(root, folder, needed, missing)}"
+        f"\ndgl_maxk does not download. {put}, so that it holds:\n  "
+        + "\n  ".join(files) + note
+        + f"\nThe data root is {data_root(root)} {_ROOT_HINT}.")
 
 
 def check_dgl_files(name: str, root) -> tuple[Path, bool]:
-    """(folder, whether DGL's processed cache is there); DatasetNotFound when neither the raw
-    files nor a cache are."""
+    """(folder, whether DGL's processed cache is all there); DatasetNotFound when neither the
+    raw files nor a cache are."""
     folder, files, source = dgl_layout(name, root)
-    has_cache = any(f.endswith(".bin") for f in dgl_cache_files(folder))
+    has_cache = all((folder / f).is_file() for f in dgl_cache_files(name))
     missing = [f for f in files if not (folder / f).is_file()]
     if missing and not has_cache:
-        raise DatasetNotFound(
-            f"dataset '{name}' is not on disk and dgl_maxk does not download. Put these "
-            f"files in {folder}/ :\n  " + "\n  ".join(files)
-            + f"\n({_missing(files, missing)}). They are the contents of {source} "
-            f"unpacked into that folder. The data root is {data_root(root)} {_ROOT_HINT}.")
+        raise _not_found(name, root, folder, files, missing, files,
+                         f"Unpack {source} into {folder}/")
     return folder, has_cache
 
 
@@ -152,16 +176,13 @@ def check_ogb_files(name: str, root) -> tuple[Path, bool]:
         needed = [f for f in needed if f != "raw/node_species.csv.gz"]  # OGB renames it
     missing = [f for f in needed if not (folder / f).is_file()]
     if missing:
-        why = ""
+        note = ""
         if missing == ["RELEASE_v1.txt"]:
-            why = ("\nRELEASE_v1.txt is missing: without it OGB asks an interactive y/N "
-                   "question and deletes the folder on 'y'. It ships in the official zip; "
-                   f"restore it (an empty file is enough: touch {folder}/RELEASE_v1.txt).")
-        raise DatasetNotFound(
-            f"dataset '{name}' is not on disk and dgl_maxk does not download. Put "
-            f"{ogb_source(name, folder)} at {folder}/ , so that it holds:\n  "
-            + "\n  ".join(files) + f"\n({_missing(files, missing)}).{why} "
-            f"The data root is {data_root(root)} {_ROOT_HINT}.")
+            note = ("\nWithout RELEASE_v1.txt OGB asks an interactive y/N question and "
+                    "deletes the folder on 'y'. It ships in the official zip; restore it (an "
+                    f"empty file is enough: touch {folder}/RELEASE_v1.txt).")
+        raise _not_found(name, root, folder, needed, missing, files,
+                         f"Put {ogb_source(name, folder)} at {folder}/", note)
     return folder, has_cache
 
 

@@ -2,8 +2,10 @@
 DGL's dataset classes and OGB's ``DglNodePropPredDataset`` read offline from the data root
 (nothing is downloaded), and the two generators.
 
-A damaged file raises :class:`DatasetError` naming the dataset, the file and the way on,
-instead of the reader's own error.
+What DGL or OGB is about to read is checked first: its processed cache (:mod:`.processed`)
+when all of it is there, else the raw files (:mod:`.checks`); an OGB split on every load. A
+damaged file raises :class:`DatasetError` naming the dataset, the file and the way on,
+instead of training on it, crashing, or failing with the reader's own error.
 """
 from __future__ import annotations
 
@@ -14,26 +16,36 @@ import warnings
 import torch
 
 from .._dgl import dgl
+from .checks import check_ogb_split, check_raw
 from .dataset import Dataset, build_dataset, index_to_mask
 from .files import (DGL_SPECS, OGB_CACHE, check_dgl_files, check_ogb_files, dgl_cache_files,
                     dgl_layout, ogb_layout, ogb_source, writable_parent)
 from .generators import (PLANTED_PARAMS, POWER_LAW_PARAMS, planted_partition,
                          power_law_graph)
-from .unreadable import READ_ERRORS, unreadable_error
+from .processed import check_processed, record_processed
+from .unreadable import Source, reporting
+
+
+def _check_before_reading(source: Source, has_cache: bool) -> None:
+    """Check what DGL or OGB is about to read: its processed cache when all of it is there
+    (they read it instead of the raw files), else the raw files."""
+    if has_cache:
+        check_processed(source.read_from, source.cache_files)
+    else:
+        check_raw(source.name, source.read_from, source.raw_files)
 
 
 def load_dgl(name: str, root, self_loops: bool) -> Dataset:
     """reddit, flickr, yelp, cora, citeseer, pubmed through DGL's dataset classes."""
     folder, has_cache = check_dgl_files(name, root)
     parent = writable_parent(folder, has_cache)
-    cls = getattr(dgl.data, DGL_SPECS[name][0])
-    try:
-        g = cls(raw_dir=str(parent), verbose=False)[0]
-    except READ_ERRORS as err:
-        read_from = parent / folder.name
-        _, raw_files, source = dgl_layout(name, root)
-        raise unreadable_error(name, folder, read_from, raw_files, dgl_cache_files(read_from),
-                               f"the contents of {source}", err) from err
+    _, raw_files, origin = dgl_layout(name, root)
+    source = Source(name, folder, parent / folder.name, raw_files, dgl_cache_files(name),
+                    f"the contents of {origin}")
+    with reporting(source):
+        _check_before_reading(source, has_cache)
+        g = getattr(dgl.data, DGL_SPECS[name][0])(raw_dir=str(parent), verbose=False)[0]
+        record_processed(source.read_from, source.caches())
     labels = g.ndata["label"]
     multilabel = labels.dim() == 2
     if multilabel:
@@ -53,19 +65,18 @@ def _read_ogb(name: str, root):
     from ogb.nodeproppred import DglNodePropPredDataset
     folder, has_cache = check_ogb_files(name, root)
     parent = writable_parent(folder, has_cache)  # a copy keeps the folder's name
-    try:
+    source = Source(name, folder, parent / folder.name, ogb_layout(name, root)[1],
+                    (OGB_CACHE,), ogb_source(name, folder))
+    with reporting(source):
+        _check_before_reading(source, has_cache)
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             # OGB prints 'Saving...' etc., and hands torch a read-only numpy array
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable",
                                     category=UserWarning)
             ds = DglNodePropPredDataset(name=name, root=str(parent))
-            return ds, ds.get_idx_split()
-    except READ_ERRORS as err:
-        read_from = parent / folder.name
-        files = ogb_layout(name, root)[1]
-        cache = [OGB_CACHE] if (read_from / OGB_CACHE).is_file() else []
-        raise unreadable_error(name, folder, read_from, files, cache,
-                               ogb_source(name, folder), err) from err
+        record_processed(source.read_from, source.caches())
+        check_ogb_split(source.read_from, source.raw_files, ds[0][0].num_nodes())
+        return ds, ds.get_idx_split()
 
 
 def load_ogb(name: str, root, self_loops: bool, to_bidirected: bool = True) -> Dataset:

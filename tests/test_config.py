@@ -116,6 +116,23 @@ def test_unknown_top_level_key_and_missing_required():
         C.validate_config({"model": {"name": "sage"}})
 
 
+@pytest.mark.parametrize("text, named, nearest", [
+    ("dataset: {name: planted}\nmodle:\n  name: sage\n", "modle", "model"),
+    ("dataset: {name: planted}\nmodel: {name: sage}\nmodle: full\n", "modle", "mode"),
+    ("dataset: {name: planted}\nmodel: {nmae: sage}\n", "model.nmae", "name"),
+], ids=["section", "top-level key", "key of a section"])
+def test_a_misspelt_key_is_named_before_the_key_it_leaves_missing(text, named, nearest,
+                                                                    tmp_path):
+    """A misspelt section leaves the real one empty: the misspelling is the error to report
+    (with the known key nearest to it, of the same kind), not the required key it lacks."""
+    path = tmp_path / "typo.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"unknown config key '{named}' \(did you mean "
+                                          rf"'{nearest}'\?") as err:
+        C.load_config(path)
+    assert "required" not in str(err.value)
+
+
 def test_defaults_fill_the_plain_dict():
     cfg = C.validate_config({"dataset": {"name": "planted"}, "model": {"name": "gcn"}})
     assert type(cfg) is dict and type(cfg["train"]) is dict

@@ -251,15 +251,36 @@ def _value_at(cfg, key: str):
     return cfg
 
 
+def _unknown_key(error: dict) -> bool:
+    return error["type"] in ("extra_forbidden", "invalid_key")
+
+
+def _nearest_key(name: str, model, value):
+    """The known key of ``model`` nearest to the unknown ``name``, among those taking a mapping
+    where ``value`` is one (``modle: {...}`` is 'model', not 'mode'); None if none is near."""
+    known = model.model_fields
+    alike = [k for k, f in known.items()
+             if ("a mapping" in _type_name(f.annotation)) == isinstance(value, dict)]
+    near = difflib.get_close_matches(name, alike, n=1) or difflib.get_close_matches(name, known,
+                                                                                     n=1)
+    return near[0] if near else None
+
+
 def _config_error(err: ValidationError, cfg: dict) -> ConfigError:
-    """pydantic's first error as one line naming the dotted key."""
-    first = err.errors()[0]
+    """pydantic's first error as one line naming the dotted key; an unknown key comes first,
+    being most often a misspelt one whose absence the other errors only echo ('modle:'
+    leaves 'model.name' missing)."""
+    errors = err.errors()
+    first = next(filter(_unknown_key, errors), errors[0])
     key, model, field = _locate(first["loc"])
     kind, value = first["type"], _value_at(cfg, key)
-    if field is None and kind in ("extra_forbidden", "invalid_key"):
-        section = key.rpartition(".")[0]
+    if field is None and _unknown_key(first):
+        section, _, name = key.rpartition(".")
+        near = _nearest_key(name, model, value)
         where = f"known keys in '{section}'" if section else "known top-level keys"
-        return ConfigError(f"unknown config key '{key}' ({where}: {list(model.model_fields)})")
+        hint = f"did you mean '{near}'? " if near else ""
+        return ConfigError(f"unknown config key '{key}' ({hint}{where}: "
+                           f"{list(model.model_fields)})")
     if kind == "missing":
         return ConfigError(f"config key '{key}' is required")
     if "[key]" in first["loc"]:  # a mapping key of the wrong type

@@ -302,8 +302,12 @@ def _train_config(args) -> dict | None:
         raise ConfigError("--restart-corrupt applies to --resume RUN_DIR only")
     if not args.config:
         raise ConfigError("give --config configs/<name>.yaml (or --resume RUN_DIR)")
-    seeds = [f"train.seeds={args.seeds}"] if args.seeds is not None else []
-    return load_config(args.config, [*args.overrides, *seeds])
+    if args.seeds is None:
+        return load_config(args.config, args.overrides)
+    try:
+        return load_config(args.config, [*args.overrides, f"train.seeds={args.seeds}"])
+    except ConfigError as err:  # the seeds' range and count are the config's to check
+        raise ConfigError(flag_error(err, {"train.seeds": "--seeds"})) from None
 
 
 def check_out_dir(out: Path):

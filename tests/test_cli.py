@@ -1,6 +1,7 @@
 """The command line, end to end in subprocesses: ``python -m dgl_maxk ...``."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -154,6 +155,12 @@ def one_line_error(err):
     (["--time-limit", "0"], "--time-limit"),
     (["--seeds", "0"], "for seed 0 write --seeds 0,"),
     (["--seeds", "-2"], "--seeds"),
+    (["--seeds", "4294967296,"], "argument --seeds: config key 'train.seeds' must hold seeds "
+                                 "from 0 to 4294967295"),
+    (["--seeds", "99999999999999999999"], "argument --seeds: config key 'train.seeds' must be "
+                                          "a positive count of at most"),
+    (["--seeds", "4294967296"], "argument --seeds: config key 'train.seeds' must be a positive "
+                                "count of at most"),
     (["--restart-corrupt"], "--restart-corrupt"),
 ])
 def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, capsys,
@@ -163,6 +170,23 @@ def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, c
                           *args], capsys)
     assert code == 2 and one_line_error(err) and named in err, err
     assert run_dirs(tmp_path / "runs") == []
+
+
+def test_reproduce_checks_the_seeds_with_the_config_before_any_run(tmp_path, capsys,
+                                                                  monkeypatch):
+    spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    monkeypatch.setattr(reproduce.T, "run_experiment", lambda *a, **k: pytest.fail("ran"))
+    for seeds, problem in (("4294967296,", "must hold seeds from 0 to 4294967295"),
+                           ("99999999999999999999", "must be a positive count of at most"),
+                           ("4294967296", "must be a positive count of at most")):
+        code = reproduce.main(["--configs", str(QUICKSTART), "--seeds", seeds, "--device",
+                               "cpu", "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and one_line_error(err), err
+        assert "'train.seeds'" in err and problem in err, err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

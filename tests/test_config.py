@@ -261,6 +261,20 @@ def test_seed_count_expands():
         small_config(**{"train.seeds": 0})
 
 
+@pytest.mark.parametrize("seeds, problem", [
+    ([C.MAX_SEED + 1], "from 0 to 4294967295"), ([0, 10**20], "from 0 to 4294967295"),
+    (C.MAX_SEEDS + 1, "count of at most"), (2**32, "count of at most"),
+    (10**20, "count of at most"), (list(range(C.MAX_SEEDS + 1)), "at most"),
+])
+def test_seeds_are_bounded_by_what_a_run_can_seed_and_hold(seeds, problem):
+    with pytest.raises(ConfigError, match=rf"'train\.seeds' .*{problem}"):
+        small_config(**{"train.seeds": seeds})
+    seed = random.randint(0, C.MAX_SEED - 1)
+    assert small_config(**{"train.seeds": [seed, C.MAX_SEED]})["train"]["seeds"] == [
+        seed, C.MAX_SEED]
+    assert len(small_config(**{"train.seeds": C.MAX_SEEDS})["train"]["seeds"]) == C.MAX_SEEDS
+
+
 def test_minibatch_config_validation():
     base = CONFIGS / "quickstart_minibatch.yaml"
     assert C.load_config(base)["mode"] == "minibatch"

@@ -42,13 +42,25 @@ __all__ = ["ConfigError", "ExperimentConfig", "load_config", "validate_config",
            "apply_overrides", "expand_variants", "resolve_key", "parse_assignment"]
 
 
+#: A run seed seeds NumPy's global generator too, which takes seeds 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+#: Each seed is one training: more is a slip of the keyboard (a count of billions would not
+#: even fit in memory as a list).
+MAX_SEEDS = 10_000
+
+
 def _seed_list(seeds):
     if isinstance(seeds, int):
-        if seeds < 1:
-            raise ValueError("must be a positive count or a list of seeds")
+        if not 1 <= seeds <= MAX_SEEDS:
+            raise ValueError(f"must be a positive count of at most {MAX_SEEDS} seeds or a list "
+                             "of seeds")
         return list(range(seeds))
     if not seeds or min(seeds) < 0:
         raise ValueError("must be a non-empty list of non-negative integers")
+    if max(seeds) > MAX_SEED:
+        raise ValueError(f"must hold seeds from 0 to {MAX_SEED} (NumPy's seed range)")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"must hold at most {MAX_SEEDS} seeds")
     if len(set(seeds)) != len(seeds):
         raise ValueError("must not repeat a seed")
     return seeds

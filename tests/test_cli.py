@@ -354,6 +354,33 @@ def test_flag_error_leads_with_the_flags_of_the_keys_named_whole():
         assert flag_error(ConfigError(unrelated), flags) == unrelated
 
 
+def test_a_second_ctrl_c_writes_the_finished_seeds_to_results_json(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Two Ctrl-C as the second seed starts: the run stops at once (status 4), and its
+    results.json, marked incomplete, holds the seed that had finished."""
+    import signal
+    from dgl_maxk.training import runner
+    real_run_seed = runner.run_seed
+
+    def run_seed(cfg, dataset, seed, *args, **kwargs):
+        if seed == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # stop at the end of the epoch ...
+            os.kill(os.getpid(), signal.SIGINT)  # ... no, at once
+        return real_run_seed(cfg, dataset, seed, *args, **kwargs)
+    monkeypatch.setattr(runner, "run_seed", run_seed)
+    code, err = run_main(["train", "--config", QUICKSTART, "--seeds", "2", "--set",
+                          "epochs=2", "dataset.params.num_nodes=300", "--out", tmp_path,
+                          "--device", "cpu", "--no-progress", "--quiet"], capsys)
+    (run_dir,) = run_dirs(tmp_path)
+    assert code == 4 and "a second SIGINT" in err and f"--resume {run_dir}" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["complete"] is False and list(results["variants"]) == ["maxk"]
+    (finished,) = results["variants"]["maxk"]["seeds"]
+    assert finished["seed"] == 0 and results["variants"]["maxk"]["test"]["n"] == 1
+    assert 0 <= finished["test_at_best_val"] <= 1
+
+
 def test_sigterm_outside_a_run_is_reported_as_a_ctrl_c_is_with_143(monkeypatch, tmp_path,
                                                                    capsys):
     """SIGTERM (what schedulers send) while a command runs outside a run's own handlers: the

@@ -1,7 +1,10 @@
 """The command line, end to end in subprocesses: ``python -m dgl_maxk ...``."""
 from __future__ import annotations
 
+import builtins
+import errno
 import importlib.util
+import io
 import json
 import os
 import random
@@ -313,6 +316,62 @@ def test_a_run_file_that_cannot_be_written_is_one_line(fake_run, tmp_path, capsy
     code, err = run_main(["train", "--config", QUICKSTART, "--out", tmp_path], capsys)
     assert code == 2 and one_line_error(err), err
     assert str(full) in err and "No space left on device" in err
+
+
+class _NoSpaceLeft(io.FileIO):
+    """A file on a full disk: it opens, but no byte of it can be written (the system's ENOSPC,
+    which names no file)."""
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture
+def disk_full_at(monkeypatch):
+    """``disk_full_at(name, after=0)``: the files called ``name`` (or its temporary files,
+    ``name.tmp<pid>``) that are opened for writing after the first ``after`` of them are
+    on a full disk."""
+    real_open = builtins.open
+
+    def fill(name, after=0):
+        opened = []
+
+        def open_(file, mode="r", *args, **kwargs):
+            if not (isinstance(file, (str, os.PathLike)) and set(mode) & set("wax")
+                    and Path(file).name.startswith(name)):
+                return real_open(file, mode, *args, **kwargs)
+            opened.append(file)
+            if len(opened) <= after:
+                return real_open(file, mode, *args, **kwargs)
+            raw = io.BufferedWriter(_NoSpaceLeft(file, "".join(c for c in mode if c in "wax+")))
+            return raw if "b" in mode else io.TextIOWrapper(raw, kwargs.get("encoding"))
+        monkeypatch.setattr(builtins, "open", open_)
+    return fill
+
+
+@pytest.mark.parametrize("name, after", [("config.yaml", 0), ("log.txt", 0),
+                                         ("checkpoint.pt", 1), ("results.json", 0)])
+def test_a_full_disk_is_one_line_naming_the_file(name, after, disk_full_at, tmp_path,
+                                                 capsys):
+    """Whichever run file meets the full disk is named, in one line, with status 2; the files
+    written before it stay whole (the checkpoint of the epoch before), and no temporary file
+    is left."""
+    disk_full_at(name, after)
+    code, err = run_main(["train", "--config", QUICKSTART, "--seeds", "0,", "--set",
+                          "epochs=3", "checkpoint_every=1", "variants=null",
+                          "dataset.params.num_nodes=300", "--out", tmp_path, "--device", "cpu",
+                          "--no-progress", "--quiet"], capsys)
+    assert code == 2 and one_line_error(err), err
+    assert err.strip().endswith(f"{name}: No space left on device"), err
+    assert not list(tmp_path.rglob("*.tmp*"))
+    if name == "config.yaml":  # no run directory without its config
+        assert run_dirs(tmp_path) == []
+        return
+    (run_dir,) = run_dirs(tmp_path)
+    assert f"error: {run_dir}" in err, err
+    if name == "checkpoint.pt":
+        ckpt = torch.load(run_dir / "maxk8" / "seed0" / name, weights_only=False)
+        assert ckpt["state"]["epoch"] == 1 and len(ckpt["state"]["history"]) == 1
 
 
 def test_resume_passes_restart_corrupt_and_bad_checkpoints_exit_2(fake_run, tmp_path, capsys):

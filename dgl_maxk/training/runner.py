@@ -36,7 +36,8 @@ except ImportError:  # Windows: runs are not locked
     fcntl = None
 
 from .. import data as _data
-from .checkpoint import STOP_SIGNALS, inspect_seed, signals_deferred, write_json
+from .checkpoint import (STOP_SIGNALS, atomic_write_bytes, inspect_seed, signals_deferred,
+                         write_json)
 from .config import apply_overrides, expand_variants, validate_config
 from .distributed import any_process, broadcast_object, init_distributed, resolve_device
 from .errors import CheckpointError, ConfigError, RunInterrupted
@@ -296,9 +297,25 @@ def _new_run_dir(out, cfg, rank) -> Path:
         while run_dir.exists():
             run_dir, i = Path(f"{base}-{i}"), i + 1
         run_dir.mkdir(parents=True)
-        with open(run_dir / "config.yaml", "w") as f:
-            yaml.safe_dump(cfg, f, sort_keys=False)
+        text = yaml.safe_dump(cfg, sort_keys=False).encode()
+        try:
+            atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(text))
+        except OSError:  # a full disk: no run directory without its config
+            run_dir.rmdir()
+            raise
     return Path(broadcast_object(str(run_dir) if run_dir else None))
+
+
+class _RunLogFile(logging.FileHandler):
+    """log.txt. A line it cannot take (a full disk) stops the run with an OSError naming the
+    file, as the other run files do; logging would print a traceback for each line and go
+    on."""
+
+    def handleError(self, record):
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):
+            raise OSError(err.errno, err.strerror, self.baseFilename) from None
+        super().handleError(record)
 
 
 @contextlib.contextmanager
@@ -311,7 +328,7 @@ def _run_log(run_dir: Path, quiet: bool, rank: int):
     if rank == 0:
         stdout = logging.StreamHandler(sys.stdout)
         stdout.setLevel(logging.WARNING if quiet else logging.INFO)
-        handlers = [stdout, logging.FileHandler(run_dir / "log.txt", encoding="utf-8")]
+        handlers = [stdout, _RunLogFile(run_dir / "log.txt", encoding="utf-8")]
     saved = logger.level, logger.propagate
     # the run prints its own lines: a handler of the root logger would print each twice
     logger.setLevel(logging.INFO)
@@ -324,7 +341,8 @@ def _run_log(run_dir: Path, quiet: bool, rank: int):
     finally:
         for handler in handlers:
             logger.removeHandler(handler)
-            handler.close()
+            with contextlib.suppress(OSError):  # a line log.txt could not take raised already
+                handler.close()
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
 

@@ -330,24 +330,6 @@ def _short_keys() -> dict:
     return out
 
 
-def parse_seeds(text: str):
-    """Seeds as written on a command line: '3' is a count (seeds 0, 1, 2), '0,1,2' or '[0, 1]'
-    a list. Raises ValueError saying how to write them ('0' would be no seed at all)."""
-    text = str(text).strip()
-    try:
-        if "," in text or text.startswith("["):
-            seeds = [int(s) for s in text.strip("[]").split(",") if s.strip()]
-        else:
-            seeds = int(text)
-    except ValueError:
-        seeds = None
-    if seeds == 0:
-        raise ValueError("0 would mean 0 seeds; for seed 0 write --seeds 0,")
-    if seeds is None or seeds == [] or isinstance(seeds, int) and seeds < 0:
-        raise ValueError(f"must be a count (3) or a comma-separated list (0,1,2), got {text!r}")
-    return seeds
-
-
 def _unknown_short_key(key: str) -> ConfigError:
     """The error for a short key that names no config key: where a dataset parameter of that
     name goes, else the short keys nearest to it (a typo's), else all of them."""

@@ -11,33 +11,36 @@
 Bad arguments, configs and run files fail before any work with one line naming the thing
 (exit status 2); missing or unreadable data with the files to place and where (3); a run that
 stops before finishing (--stop-after-epochs, --time-limit, SIGINT, SIGTERM) says how to
-continue it (4). Exit status 1 means a bug in dgl_maxk.
+continue it (4). Exit status 1 means a bug in dgl_maxk. The parser, and what the command
+line does before torch and DGL load, are :mod:`dgl_maxk.cli_start`'s.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
 import signal
 import stat
 import sys
-import threading
 from pathlib import Path
 
 import torch
 
 from . import envinfo
+from .cli_start import (EXIT_CONFIG, EXIT_DATA, EXIT_DIVERGED, EXIT_OK, EXIT_SIGINT,
+                        EXIT_SIGTERM, EXIT_STOPPED, INTERRUPTED_BEFORE_TRAINING, Parser,
+                        build_parser, device_name, handling_signals, positive_int,
+                        seeds_argument)
 from .data import DatasetError, data_root, dataset_names, layout
 from .training import (CheckpointError, ConfigError, RunInterrupted, TrainingDiverged,
                        load_config, run_experiment)
-from .training.config import TrainConfig, parse_seeds, resolve_key
+from .training.config import TrainConfig, resolve_key
 
-EXIT_OK, EXIT_CONFIG, EXIT_DATA, EXIT_STOPPED, EXIT_DIVERGED = 0, 2, 3, 4, 5
-#: exit status when SIGINT (SIGTERM) arrives before a run could save anything to resume
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+#: what the scripts take from here, so that they fail as the command line does
+__all__ = ["main", "run", "run_command", "known_failure", "flag_error", "measure_then_write",
+           "check_out_dir", "device_argument", "Parser", "positive_int", "seeds_argument"]
 
 
 class _Terminated(KeyboardInterrupt):
@@ -49,105 +52,15 @@ def _raise_terminated(signum, frame):
     raise _Terminated
 
 
-class Parser(argparse.ArgumentParser):
-    """Argument errors in one line, like every other error of the command line."""
-
-    def error(self, message):
-        self.exit(EXIT_CONFIG, f"error: {message} (see {self.prog} --help)\n")
-
-
-def positive_int(text: str) -> int:
-    """An argument that must be a positive integer, for argparse."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
-def seeds_argument(text: str):
-    """``--seeds``: :func:`~dgl_maxk.training.config.parse_seeds` for argparse."""
-    try:
-        return parse_seeds(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def device_argument(text: str) -> str:
     """``--device``: auto, cpu, cuda or cuda:N of this machine, for argparse."""
-    if text == "auto":
-        return text
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device dgl_maxk trains on; "
-                                         "use cpu, cuda, cuda:N or auto")
-    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device.type == "cuda" and (device.index or 0) >= available:
-        raise argparse.ArgumentTypeError(f"{text}: this machine has {available} CUDA "
-                                         "device(s); use --device cpu or auto")
+    text = device_name(text)
+    if text.startswith("cuda"):
+        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(text.partition(":")[2] or 0) >= available:
+            raise argparse.ArgumentTypeError(f"{text}: this machine has {available} CUDA "
+                                             "device(s); use --device cpu or auto")
     return text
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m dgl_maxk", description="MaxK-GNN experiments with DGL")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    train = sub.add_parser("train", help="train the models of a config")
-    train.add_argument("--config", help="YAML config (configs/<name>.yaml)")
-    train.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
-                       action="extend",
-                       help="override config keys, e.g. --set k=16 model.layers=3 "
-                            "train.lr=0.003 (short names work when unambiguous)")
-    train.add_argument("--device", type=device_argument, default="auto",
-                       help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
-    train.add_argument("--seeds", type=seeds_argument, default=None,
-                       help="seeds: a count N (0..N-1) or a list 0,1,2 (replaces train.seeds; "
-                            "seed 0 alone: 0,)")
-    train.add_argument("--out", default="runs",
-                       help="directory in which the run directory is created (default runs)")
-    train.add_argument("--resume", metavar="RUN_DIR",
-                       help="continue an interrupted run from its checkpoints")
-    train.add_argument("--restart-corrupt", action="store_true",
-                       help="with --resume: restart from scratch each seed whose checkpoint "
-                            "cannot be read (default: stop and name the file)")
-    train.add_argument("--stop-after-epochs", type=positive_int, default=None, metavar="N",
-                       help="stop (resumably) after N epochs in this call")
-    train.add_argument("--time-limit", type=_positive_seconds, default=None,
-                       metavar="SECONDS",
-                       help="stop (resumably) at the first epoch end after SECONDS")
-    train.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    train.add_argument("--quiet", action="store_true",
-                       help="no per-epoch lines on stdout (log.txt still has them)")
-    train.add_argument("--threads", type=positive_int, default=None,
-                       help="torch CPU threads (torch.set_num_threads)")
-
-    val = sub.add_parser("validate", help="check configs without running anything")
-    val.add_argument("configs", nargs="+", metavar="CONFIG",
-                     help="YAML configs to check (e.g. configs/*.yaml)")
-    val.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="overrides",
-                     action="extend", help="overrides applied to each config, as for train")
-
-    sub.add_parser("datasets", help="list datasets and where their files go")
-
-    env = sub.add_parser("env", help="versions, CUDA and CuPy status, DGL features unavailable")
-    env.add_argument("--json", action="store_true", help="print it as JSON")
-    parser.commands = sub.choices
-    return parser
 
 
 def _unrecognized(extra) -> str:
@@ -164,14 +77,24 @@ def _unrecognized(extra) -> str:
 
 
 def main(argv=None) -> int:
+    """``python -m dgl_maxk *argv``'s exit status (after its one line, for a failure)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    return run(parser, *parser.parse_known_args(argv))
+
+
+def run(parser, args, extra) -> int:
+    """The exit status of the command ``parser`` parsed (``python -m dgl_maxk`` parses
+    before it loads this module: see dgl_maxk.__main__)."""
+    command = parser.commands[args.command]
     if extra:  # named by the command's parser (argparse's own names the top level's)
-        parser.commands[args.command].error(_unrecognized(extra))
+        command.error(_unrecognized(extra))
+    if args.command == "train":
+        try:
+            device_argument(args.device)
+        except argparse.ArgumentTypeError as err:
+            command.error(f"argument --device: {err}")
     commands = {"train": _train, "validate": _validate, "datasets": _datasets, "env": _env}
-    return run_command(lambda: commands[args.command](args),
-                       "interrupted before training started; nothing to resume (run the "
-                       "command again)")
+    return run_command(lambda: commands[args.command](args), INTERRUPTED_BEFORE_TRAINING)
 
 
 def flag_error(err: Exception, flags: dict) -> str:
@@ -206,10 +129,10 @@ def run_command(command, on_sigint) -> int:
     (:func:`known_failure`), or 130 (143) after ``on_sigint`` (a line, or a function that
     says it then) for a Ctrl-C (SIGTERM) that no run turned into a stop: SIGTERM is raised
     as a Ctrl-C while the command runs. The scripts report their failures through it too."""
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
-        return command()
+        with handling_signals({signal.SIGINT: signal.default_int_handler,
+                               signal.SIGTERM: _raise_terminated}):
+            return command()
     except KeyboardInterrupt as stop:
         print(on_sigint() if callable(on_sigint) else on_sigint, file=sys.stderr)
         return EXIT_SIGTERM if isinstance(stop, _Terminated) else EXIT_SIGINT
@@ -220,9 +143,6 @@ def run_command(command, on_sigint) -> int:
         status, line = failure
         print(line, file=sys.stderr)
         return status
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def known_failure(err: Exception):
@@ -302,8 +222,12 @@ def _train_config(args) -> dict | None:
         raise ConfigError("--restart-corrupt applies to --resume RUN_DIR only")
     if not args.config:
         raise ConfigError("give --config configs/<name>.yaml (or --resume RUN_DIR)")
-    seeds = [f"train.seeds={args.seeds}"] if args.seeds is not None else []
-    return load_config(args.config, [*args.overrides, *seeds])
+    if args.seeds is None:
+        return load_config(args.config, args.overrides)
+    try:
+        return load_config(args.config, [*args.overrides, f"train.seeds={args.seeds}"])
+    except ConfigError as err:  # the seeds' range and count are the config's to check
+        raise ConfigError(flag_error(err, {"train.seeds": "--seeds"})) from None
 
 
 def check_out_dir(out: Path):

@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from dgl_maxk import training as T  # noqa: E402
 from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
                           run_command, seeds_argument)
-from dgl_maxk.training.checkpoint import write_json  # noqa: E402
+from dgl_maxk.training.checkpoint import atomic_write_bytes, write_json  # noqa: E402
 from dgl_maxk.training.distributed import resolve_device  # noqa: E402
 from dgl_maxk.training.metrics import mean_std_text  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
@@ -142,7 +142,7 @@ def reproduce(args) -> int:
                "configs": {str(p): c for p, _, c in plans}}
     write_json(out / "results.json", summary)
     md = markdown_table(rows, args.k, args.title, summary["command"], elapsed, args.precision)
-    (out / "results.md").write_text(md)
+    atomic_write_bytes(out / "results.md", lambda f: f.write(md.encode()))
     plot(rows, out / "accuracy_vs_k.png")
     print(md)
     print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'accuracy_vs_k.png'}")
@@ -231,7 +231,7 @@ def plot(rows, path):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=130))
     plt.close(fig)
 
 

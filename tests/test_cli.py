@@ -1,6 +1,10 @@
 """The command line, end to end in subprocesses: ``python -m dgl_maxk ...``."""
 from __future__ import annotations
 
+import builtins
+import errno
+import importlib.util
+import io
 import json
 import os
 import random
@@ -154,6 +158,12 @@ def one_line_error(err):
     (["--time-limit", "0"], "--time-limit"),
     (["--seeds", "0"], "for seed 0 write --seeds 0,"),
     (["--seeds", "-2"], "--seeds"),
+    (["--seeds", "4294967296,"], "argument --seeds: config key 'train.seeds' must hold seeds "
+                                 "from 0 to 4294967295"),
+    (["--seeds", "99999999999999999999"], "argument --seeds: config key 'train.seeds' must be "
+                                          "a positive count of at most"),
+    (["--seeds", "4294967296"], "argument --seeds: config key 'train.seeds' must be a positive "
+                                "count of at most"),
     (["--restart-corrupt"], "--restart-corrupt"),
 ])
 def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, capsys,
@@ -163,6 +173,23 @@ def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, c
                           *args], capsys)
     assert code == 2 and one_line_error(err) and named in err, err
     assert run_dirs(tmp_path / "runs") == []
+
+
+def test_reproduce_checks_the_seeds_with_the_config_before_any_run(tmp_path, capsys,
+                                                                  monkeypatch):
+    spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    monkeypatch.setattr(reproduce.T, "run_experiment", lambda *a, **k: pytest.fail("ran"))
+    for seeds, problem in (("4294967296,", "must hold seeds from 0 to 4294967295"),
+                           ("99999999999999999999", "must be a positive count of at most"),
+                           ("4294967296", "must be a positive count of at most")):
+        code = reproduce.main(["--configs", str(QUICKSTART), "--seeds", seeds, "--device",
+                               "cpu", "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and one_line_error(err), err
+        assert "'train.seeds'" in err and problem in err, err
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -291,6 +318,62 @@ def test_a_run_file_that_cannot_be_written_is_one_line(fake_run, tmp_path, capsy
     assert str(full) in err and "No space left on device" in err
 
 
+class _NoSpaceLeft(io.FileIO):
+    """A file on a full disk: it opens, but no byte of it can be written (the system's ENOSPC,
+    which names no file)."""
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.fixture
+def disk_full_at(monkeypatch):
+    """``disk_full_at(name, after=0)``: the files called ``name`` (or its temporary files,
+    ``name.tmp<pid>``) that are opened for writing after the first ``after`` of them are
+    on a full disk."""
+    real_open = builtins.open
+
+    def fill(name, after=0):
+        opened = []
+
+        def open_(file, mode="r", *args, **kwargs):
+            if not (isinstance(file, (str, os.PathLike)) and set(mode) & set("wax")
+                    and Path(file).name.startswith(name)):
+                return real_open(file, mode, *args, **kwargs)
+            opened.append(file)
+            if len(opened) <= after:
+                return real_open(file, mode, *args, **kwargs)
+            raw = io.BufferedWriter(_NoSpaceLeft(file, "".join(c for c in mode if c in "wax+")))
+            return raw if "b" in mode else io.TextIOWrapper(raw, kwargs.get("encoding"))
+        monkeypatch.setattr(builtins, "open", open_)
+    return fill
+
+
+@pytest.mark.parametrize("name, after", [("config.yaml", 0), ("log.txt", 0),
+                                         ("checkpoint.pt", 1), ("results.json", 0)])
+def test_a_full_disk_is_one_line_naming_the_file(name, after, disk_full_at, tmp_path,
+                                                 capsys):
+    """Whichever run file meets the full disk is named, in one line, with status 2; the files
+    written before it stay whole (the checkpoint of the epoch before), and no temporary file
+    is left."""
+    disk_full_at(name, after)
+    code, err = run_main(["train", "--config", QUICKSTART, "--seeds", "0,", "--set",
+                          "epochs=3", "checkpoint_every=1", "variants=null",
+                          "dataset.params.num_nodes=300", "--out", tmp_path, "--device", "cpu",
+                          "--no-progress", "--quiet"], capsys)
+    assert code == 2 and one_line_error(err), err
+    assert err.strip().endswith(f"{name}: No space left on device"), err
+    assert not list(tmp_path.rglob("*.tmp*"))
+    if name == "config.yaml":  # no run directory without its config
+        assert run_dirs(tmp_path) == []
+        return
+    (run_dir,) = run_dirs(tmp_path)
+    assert f"error: {run_dir}" in err, err
+    if name == "checkpoint.pt":
+        ckpt = torch.load(run_dir / "maxk8" / "seed0" / name, weights_only=False)
+        assert ckpt["state"]["epoch"] == 1 and len(ckpt["state"]["history"]) == 1
+
+
 def test_resume_passes_restart_corrupt_and_bad_checkpoints_exit_2(fake_run, tmp_path, capsys):
     ckpt = tmp_path / "maxk" / "seed0" / "checkpoint.pt"
     calls = fake_run(CheckpointError(f"{ckpt} cannot be read (truncated); pass "
@@ -328,6 +411,33 @@ def test_flag_error_leads_with_the_flags_of_the_keys_named_whole():
     for unrelated in ("config key 'model.kind' is unknown", "sub.model.k = 3",
                       "config key 'params.seed' is unknown"):
         assert flag_error(ConfigError(unrelated), flags) == unrelated
+
+
+def test_a_second_ctrl_c_writes_the_finished_seeds_to_results_json(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Two Ctrl-C as the second seed starts: the run stops at once (status 4), and its
+    results.json, marked incomplete, holds the seed that had finished."""
+    import signal
+    from dgl_maxk.training import runner
+    real_run_seed = runner.run_seed
+
+    def run_seed(cfg, dataset, seed, *args, **kwargs):
+        if seed == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # stop at the end of the epoch ...
+            os.kill(os.getpid(), signal.SIGINT)  # ... no, at once
+        return real_run_seed(cfg, dataset, seed, *args, **kwargs)
+    monkeypatch.setattr(runner, "run_seed", run_seed)
+    code, err = run_main(["train", "--config", QUICKSTART, "--seeds", "2", "--set",
+                          "epochs=2", "dataset.params.num_nodes=300", "--out", tmp_path,
+                          "--device", "cpu", "--no-progress", "--quiet"], capsys)
+    (run_dir,) = run_dirs(tmp_path)
+    assert code == 4 and "a second SIGINT" in err and f"--resume {run_dir}" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["complete"] is False and list(results["variants"]) == ["maxk"]
+    (finished,) = results["variants"]["maxk"]["seeds"]
+    assert finished["seed"] == 0 and results["variants"]["maxk"]["test"]["n"] == 1
+    assert 0 <= finished["test_at_best_val"] <= 1
 
 
 def test_sigterm_outside_a_run_is_reported_as_a_ctrl_c_is_with_143(monkeypatch, tmp_path,

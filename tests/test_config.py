@@ -116,6 +116,23 @@ def test_unknown_top_level_key_and_missing_required():
         C.validate_config({"model": {"name": "sage"}})
 
 
+@pytest.mark.parametrize("text, named, nearest", [
+    ("dataset: {name: planted}\nmodle:\n  name: sage\n", "modle", "model"),
+    ("dataset: {name: planted}\nmodel: {name: sage}\nmodle: full\n", "modle", "mode"),
+    ("dataset: {name: planted}\nmodel: {nmae: sage}\n", "model.nmae", "name"),
+], ids=["section", "top-level key", "key of a section"])
+def test_a_misspelt_key_is_named_before_the_key_it_leaves_missing(text, named, nearest,
+                                                                    tmp_path):
+    """A misspelt section leaves the real one empty: the misspelling is the error to report
+    (with the known key nearest to it, of the same kind), not the required key it lacks."""
+    path = tmp_path / "typo.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"unknown config key '{named}' \(did you mean "
+                                          rf"'{nearest}'\?") as err:
+        C.load_config(path)
+    assert "required" not in str(err.value)
+
+
 def test_defaults_fill_the_plain_dict():
     cfg = C.validate_config({"dataset": {"name": "planted"}, "model": {"name": "gcn"}})
     assert type(cfg) is dict and type(cfg["train"]) is dict
@@ -242,6 +259,20 @@ def test_seed_count_expands():
     assert small_config(**{"train.seeds": n})["train"]["seeds"] == list(range(n))
     with pytest.raises(ConfigError, match=r"'train\.seeds' must be a positive count"):
         small_config(**{"train.seeds": 0})
+
+
+@pytest.mark.parametrize("seeds, problem", [
+    ([C.MAX_SEED + 1], "from 0 to 4294967295"), ([0, 10**20], "from 0 to 4294967295"),
+    (C.MAX_SEEDS + 1, "count of at most"), (2**32, "count of at most"),
+    (10**20, "count of at most"), (list(range(C.MAX_SEEDS + 1)), "at most"),
+])
+def test_seeds_are_bounded_by_what_a_run_can_seed_and_hold(seeds, problem):
+    with pytest.raises(ConfigError, match=rf"'train\.seeds' .*{problem}"):
+        small_config(**{"train.seeds": seeds})
+    seed = random.randint(0, C.MAX_SEED - 1)
+    assert small_config(**{"train.seeds": [seed, C.MAX_SEED]})["train"]["seeds"] == [
+        seed, C.MAX_SEED]
+    assert len(small_config(**{"train.seeds": C.MAX_SEEDS})["train"]["seeds"]) == C.MAX_SEEDS
 
 
 def test_minibatch_config_validation():

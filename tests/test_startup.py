@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,15 +25,84 @@ REPO = Path(__file__).resolve().parents[1]
 UNAVAILABLE = _dgl_maxk_hook.unavailable_features(Path(dgl.__file__).parent, torch.__version__)
 
 
-def python(args, tmp_path, **env_updates):
-    """Run ``python *args`` fresh: this checkout first on the path, no inherited warning
-    settings, temp files (and OGB/outdated's version-check cache) under ``tmp_path``."""
+def fresh_env(tmp_path, **env_updates) -> dict:
+    """A fresh interpreter's environment: this checkout first on the path, no inherited
+    warning settings, temp files (and OGB/outdated's version-check cache) under
+    ``tmp_path``."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTHONWARNINGS", "PYTHONPYCACHEPREFIX", "DGL_MAXK_BACKEND")}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
                TMPDIR=str(tmp_path), CUDA_VISIBLE_DEVICES="", **env_updates)
-    return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True,
+    return env
+
+
+def python(args, tmp_path, **env_updates):
+    """Run ``python *args`` fresh (:func:`fresh_env`)."""
+    return subprocess.run([sys.executable, *args], cwd=tmp_path,
+                          env=fresh_env(tmp_path, **env_updates), capture_output=True,
                           text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def imported(importtime_stderr: str) -> list:
+    """The modules ``python -X importtime`` reported, in the order their imports ended."""
+    return [line.rsplit("|", 1)[1].strip() for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and "|" in line]
+
+
+# --------------------------------------------------------------------------- the first seconds
+
+@pytest.mark.parametrize("command", [["--help"], ["train", "--help"]])
+def test_help_loads_neither_torch_nor_dgl(command, tmp_path):
+    proc = python(["-X", "importtime", "-m", "dgl_maxk", *command], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("usage: python -m dgl_maxk")
+    assert "--config" in proc.stdout or "train" in proc.stdout
+    heavy = [m for m in imported(proc.stderr) if m.split(".")[0] in ("torch", "dgl", "numpy")]
+    assert heavy == [], heavy[:5]
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("loading", ["torch", "dgl"])
+def test_a_signal_while_torch_and_dgl_load_is_one_line(loading, signame, tmp_path):
+    """Ctrl-C or SIGTERM in a command's first seconds, as soon as the first module of torch
+    (of DGL) has loaded: the documented status and one line, whatever the import was doing
+    (not a KeyboardInterrupt traceback, an ImportError of a half-loaded NumPy, a silent
+    death)."""
+    child = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "dgl_maxk", "train", "--config",
+         REPO / "configs" / "quickstart.yaml", "--out", tmp_path / "runs"], cwd=tmp_path,
+        env=fresh_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL)
+    try:
+        for line in child.stderr:
+            if any(m.startswith(f"{loading}.") for m in imported(line)):
+                child.send_signal(getattr(signal, signame))
+                break
+        else:
+            pytest.fail(f"no module of {loading} was imported")
+        stdout, stderr = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    said = [line for line in stderr.splitlines() if not line.startswith("import time:")]
+    assert child.returncode == {"SIGINT": 130, "SIGTERM": 143}[signame], said[-20:]
+    assert said == ["interrupted before training started; nothing to resume (run the command "
+                    "again)"], said[-20:]
+    assert stdout == "" and not (tmp_path / "runs").exists()
+
+
+def test_a_signal_the_process_ignores_stays_ignored():
+    """A background job of a shell ignores SIGINT (the terminal's Ctrl-C is not for it): the
+    command line's handlers leave it so."""
+    from dgl_maxk.cli_start import handling_signals
+    before, term = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.getsignal(signal.SIGTERM)
+    try:
+        with handling_signals({signal.SIGINT: signal.default_int_handler,
+                               signal.SIGTERM: signal.SIG_IGN}):
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # this one was not
+        assert signal.getsignal(signal.SIGTERM) == term
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 # --------------------------------------------------------------------------- quiet

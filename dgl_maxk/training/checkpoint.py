@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import logging
 import os
@@ -49,16 +50,24 @@ def signals_deferred():
 
 
 def atomic_write_bytes(path: Path, write):
-    """``write(file)`` into ``path`` atomically; the temporary file never outlives the call."""
+    """``write(buffer)`` into memory, then its bytes into ``path`` atomically; the temporary
+    file never outlives the call. A write that fails (a full disk) raises an OSError naming
+    ``path``: the system's error names no file, and torch.save, writing to the disk itself,
+    would turn it into a RuntimeError about a zip position."""
     path = Path(path)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     with signals_deferred():
+        buffer = io.BytesIO()
+        write(buffer)
         try:
             with open(tmp, "wb") as f:
-                write(f)
+                f.write(buffer.getbuffer())
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise OSError(err.errno, err.strerror, str(path)) from None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -42,13 +42,25 @@ __all__ = ["ConfigError", "ExperimentConfig", "load_config", "validate_config",
            "apply_overrides", "expand_variants", "resolve_key", "parse_assignment"]
 
 
+#: A run seed seeds NumPy's global generator too, which takes seeds 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+#: Each seed is one training: more is a slip of the keyboard (a count of billions would not
+#: even fit in memory as a list).
+MAX_SEEDS = 10_000
+
+
 def _seed_list(seeds):
     if isinstance(seeds, int):
-        if seeds < 1:
-            raise ValueError("must be a positive count or a list of seeds")
+        if not 1 <= seeds <= MAX_SEEDS:
+            raise ValueError(f"must be a positive count of at most {MAX_SEEDS} seeds or a list "
+                             "of seeds")
         return list(range(seeds))
     if not seeds or min(seeds) < 0:
         raise ValueError("must be a non-empty list of non-negative integers")
+    if max(seeds) > MAX_SEED:
+        raise ValueError(f"must hold seeds from 0 to {MAX_SEED} (NumPy's seed range)")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"must hold at most {MAX_SEEDS} seeds")
     if len(set(seeds)) != len(seeds):
         raise ValueError("must not repeat a seed")
     return seeds
@@ -251,15 +263,36 @@ def _value_at(cfg, key: str):
     return cfg
 
 
+def _unknown_key(error: dict) -> bool:
+    return error["type"] in ("extra_forbidden", "invalid_key")
+
+
+def _nearest_key(name: str, model, value):
+    """The known key of ``model`` nearest to the unknown ``name``, among those taking a mapping
+    where ``value`` is one (``modle: {...}`` is 'model', not 'mode'); None if none is near."""
+    known = model.model_fields
+    alike = [k for k, f in known.items()
+             if ("a mapping" in _type_name(f.annotation)) == isinstance(value, dict)]
+    near = difflib.get_close_matches(name, alike, n=1) or difflib.get_close_matches(name, known,
+                                                                                     n=1)
+    return near[0] if near else None
+
+
 def _config_error(err: ValidationError, cfg: dict) -> ConfigError:
-    """pydantic's first error as one line naming the dotted key."""
-    first = err.errors()[0]
+    """pydantic's first error as one line naming the dotted key; an unknown key comes first,
+    being most often a misspelt one whose absence the other errors only echo ('modle:'
+    leaves 'model.name' missing)."""
+    errors = err.errors()
+    first = next(filter(_unknown_key, errors), errors[0])
     key, model, field = _locate(first["loc"])
     kind, value = first["type"], _value_at(cfg, key)
-    if field is None and kind in ("extra_forbidden", "invalid_key"):
-        section = key.rpartition(".")[0]
+    if field is None and _unknown_key(first):
+        section, _, name = key.rpartition(".")
+        near = _nearest_key(name, model, value)
         where = f"known keys in '{section}'" if section else "known top-level keys"
-        return ConfigError(f"unknown config key '{key}' ({where}: {list(model.model_fields)})")
+        hint = f"did you mean '{near}'? " if near else ""
+        return ConfigError(f"unknown config key '{key}' ({hint}{where}: "
+                           f"{list(model.model_fields)})")
     if kind == "missing":
         return ConfigError(f"config key '{key}' is required")
     if "[key]" in first["loc"]:  # a mapping key of the wrong type
@@ -295,24 +328,6 @@ def _short_keys() -> dict:
         for key in model.model_fields:
             out.setdefault(key, []).append(f"{section}.{key}")
     return out
-
-
-def parse_seeds(text: str):
-    """Seeds as written on a command line: '3' is a count (seeds 0, 1, 2), '0,1,2' or '[0, 1]'
-    a list. Raises ValueError saying how to write them ('0' would be no seed at all)."""
-    text = str(text).strip()
-    try:
-        if "," in text or text.startswith("["):
-            seeds = [int(s) for s in text.strip("[]").split(",") if s.strip()]
-        else:
-            seeds = int(text)
-    except ValueError:
-        seeds = None
-    if seeds == 0:
-        raise ValueError("0 would mean 0 seeds; for seed 0 write --seeds 0,")
-    if seeds is None or seeds == [] or isinstance(seeds, int) and seeds < 0:
-        raise ValueError(f"must be a count (3) or a comma-separated list (0,1,2), got {text!r}")
-    return seeds
 
 
 def _unknown_short_key(key: str) -> ConfigError:

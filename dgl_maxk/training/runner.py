@@ -36,7 +36,8 @@ except ImportError:  # Windows: runs are not locked
     fcntl = None
 
 from .. import data as _data
-from .checkpoint import STOP_SIGNALS, inspect_seed, write_json
+from .checkpoint import (STOP_SIGNALS, atomic_write_bytes, inspect_seed, signals_deferred,
+                         write_json)
 from .config import apply_overrides, expand_variants, validate_config
 from .distributed import any_process, broadcast_object, init_distributed, resolve_device
 from .errors import CheckpointError, ConfigError, RunInterrupted
@@ -114,32 +115,40 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
         _preflight(run_dir, variants, restart_corrupt)
     else:
         run_dir = _new_run_dir(out, cfg, rank)
-    with _only_run_in(run_dir, rank), _run_log(run_dir, quiet, rank) as stdout, \
-            StopSignals() as signals:
-        _log_header(run_dir, dev, world, cfg, variants, loaded)
-        # a resumed run's wall time adds this call's to its earlier calls', whose
-        # environments (host, versions, threads) are kept beside this call's
-        earlier = _earlier_calls(run_dir)
-        started = time.perf_counter() - earlier["wall_seconds"]
-        try:
-            per_variant, complete = _train_variants(variants, cache, run_dir, dev, budget,
-                                                    signals, progress and rank == 0,
-                                                    restart_corrupt)
-        except _StopNow as second:
-            raise RunInterrupted(run_dir, f"a second {second} (at once: the checkpoints "
-                                          "saved before it are kept)") from None
-        precision = _run_precision(variants)
-        results = {"name": cfg["name"], "config": cfg, "precision": precision,
-                   "environment": environment(dev, precision),
-                   "earlier_environments": earlier["environments"],
-                   "run_dir": str(run_dir), "variants": per_variant, "complete": complete,
-                   "wall_seconds": time.perf_counter() - started, "processes": world}
-        if rank == 0:
-            write_json(run_dir / "results.json", results)
-            if stdout is not None:
-                stdout.setLevel(logging.INFO)  # the summary is printed even with quiet
-            for line in summary_lines(results):
-                LOG.info(line)
+    per_variant, complete, at_once = {}, False, None
+    try:
+        with _only_run_in(run_dir, rank), _run_log(run_dir, quiet, rank) as stdout, \
+                StopSignals() as signals:
+            # a resumed run's wall time adds this call's to its earlier calls', whose
+            # environments (host, versions, threads) are kept beside this call's
+            earlier = _earlier_calls(run_dir)
+            started = time.perf_counter() - earlier["wall_seconds"]
+            try:
+                _log_header(run_dir, dev, world, cfg, variants, loaded)
+                complete = _train_variants(variants, cache, run_dir, dev, budget, signals,
+                                           progress and rank == 0, restart_corrupt,
+                                           per_variant)
+            except _StopNow as second:  # the seeds finished before it are reported
+                at_once = second
+            with signals_deferred():  # results.json whole: a signal takes effect after
+                precision = _run_precision(variants)
+                results = {"name": cfg["name"], "config": cfg, "precision": precision,
+                           "environment": environment(dev, precision),
+                           "earlier_environments": earlier["environments"],
+                           "run_dir": str(run_dir), "variants": per_variant,
+                           "complete": complete, "processes": world,
+                           "wall_seconds": time.perf_counter() - started}
+                if rank == 0:
+                    write_json(run_dir / "results.json", results)
+                    if stdout is not None:
+                        stdout.setLevel(logging.INFO)  # the summary is printed even with quiet
+                    for line in summary_lines(results):
+                        LOG.info(line)
+    except _StopNow as second:  # another signal while the results were written
+        at_once = at_once or second
+    if at_once is not None and not complete:
+        raise RunInterrupted(run_dir, f"a second {at_once} (at once: the checkpoints saved "
+                                      "before it are kept)")
     # a signal after the last epoch changes nothing: the run is complete
     if signals.signal_name is not None and not complete:
         raise RunInterrupted(run_dir, signals.signal_name)
@@ -288,9 +297,25 @@ def _new_run_dir(out, cfg, rank) -> Path:
         while run_dir.exists():
             run_dir, i = Path(f"{base}-{i}"), i + 1
         run_dir.mkdir(parents=True)
-        with open(run_dir / "config.yaml", "w") as f:
-            yaml.safe_dump(cfg, f, sort_keys=False)
+        text = yaml.safe_dump(cfg, sort_keys=False).encode()
+        try:
+            atomic_write_bytes(run_dir / "config.yaml", lambda f: f.write(text))
+        except OSError:  # a full disk: no run directory without its config
+            run_dir.rmdir()
+            raise
     return Path(broadcast_object(str(run_dir) if run_dir else None))
+
+
+class _RunLogFile(logging.FileHandler):
+    """log.txt. A line it cannot take (a full disk) stops the run with an OSError naming the
+    file, as the other run files do; logging would print a traceback for each line and go
+    on."""
+
+    def handleError(self, record):
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):
+            raise OSError(err.errno, err.strerror, self.baseFilename) from None
+        super().handleError(record)
 
 
 @contextlib.contextmanager
@@ -303,7 +328,7 @@ def _run_log(run_dir: Path, quiet: bool, rank: int):
     if rank == 0:
         stdout = logging.StreamHandler(sys.stdout)
         stdout.setLevel(logging.WARNING if quiet else logging.INFO)
-        handlers = [stdout, logging.FileHandler(run_dir / "log.txt", encoding="utf-8")]
+        handlers = [stdout, _RunLogFile(run_dir / "log.txt", encoding="utf-8")]
     saved = logger.level, logger.propagate
     # the run prints its own lines: a handler of the root logger would print each twice
     logger.setLevel(logging.INFO)
@@ -316,7 +341,8 @@ def _run_log(run_dir: Path, quiet: bool, rank: int):
     finally:
         for handler in handlers:
             logger.removeHandler(handler)
-            handler.close()
+            with contextlib.suppress(OSError):  # a line log.txt could not take raised already
+                handler.close()
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
 
@@ -364,27 +390,24 @@ def _minibatch_steps_line(variants, device, world) -> str:
 
 
 def _train_variants(variants, cache, run_dir, device, budget, signals, progress,
-                    restart_corrupt):
-    """({variant: summary}, complete) over every variant, until a stop."""
-    summaries = {}
+                    restart_corrupt, summaries: dict) -> bool:
+    """Whether every variant finished, training until a stop; ``summaries`` ({variant:
+    summary}) holds each seed as soon as it finished, for a stop at once to report."""
     for vname, vcfg in variants.items():
         dataset = cache[_dataset_key(vcfg)]
-        per_seed, complete = [], True
+        per_seed = []
+        summaries[vname] = variant_summary(vcfg, dataset, per_seed)
         for seed in vcfg["train"]["seeds"]:
             if any_process(budget.exhausted() or signals.signal_name is not None, device):
-                complete = False
-                break
+                return False
             tag = f"[{vname} seed {seed}] "
             res = run_seed(vcfg, dataset, seed, device, run_dir / vname / f"seed{seed}",
                            budget=budget, progress=progress, tag=tag, signals=signals,
                            restart_corrupt=restart_corrupt)
             if res is None:
-                complete = False
-                break
+                return False
             LOG.info(f"{tag}best val {res['best_val']:.4f} at epoch {res['best_epoch']}: "
                      f"test {res['test_at_best_val']:.4f}")
             per_seed.append(res)
-        summaries[vname] = variant_summary(vcfg, dataset, per_seed)
-        if not complete:
-            return summaries, False
-    return summaries, True
+            summaries[vname] = variant_summary(vcfg, dataset, per_seed)
+    return True

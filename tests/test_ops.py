@@ -287,6 +287,20 @@ def test_aggregate_dispatches(h):
         close64(sparse, cbsr_spgemm(g, x, w, norm), norm)
 
 
+def test_aggregations_refuse_infinite_edge_weights(h):
+    """Both aggregations refuse +-inf edge weights as they refuse NaN (see the layers'
+    edge-weight test), naming the first position, unless content checks are off."""
+    g = h.make_graph("self_loops", 12)
+    x = torch.randn(g.num_src_nodes(), 6, dtype=torch.float64)
+    w = h.positive_edge_weight(g)
+    at = int(torch.randint(g.num_edges(), ()))
+    w[at] = float("-inf") if torch.rand(()) < 0.5 else float("inf")
+    for op, feat in ((spmm, x), (cbsr_spgemm, maxk(x, 2))):
+        with pytest.raises(ValueError, match=rf"edge_weight contains 1 non-finite .*\({at},\)"):
+            op(g, feat, edge_weight=w)
+        with dgl_maxk.input_checks(False):
+            op(g, feat, edge_weight=w)
+
 # --------------------------------------------------------------------------- graph plan
 
 def test_graph_plan_structure(graph_case, h):

@@ -60,7 +60,8 @@ class GraphConv(dgl.nn.GraphConv):
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
-        matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats)."""
+        matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats).
+        ``edge_weight`` must be finite (see :func:`dgl_maxk.cbsr_spgemm`)."""
         src, _, plan = split_features(graph, feat, self.k, widths=(self._in_feats, None))
         if not self._allow_zero_in_degree:
             check_zero_in_degree(plan)

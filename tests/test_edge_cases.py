@@ -1,5 +1,5 @@
 """What a user hits in the first week: inference mode before training, empty graphs and
-blocks, half-precision models, and construction-time errors (issue 10, items 1-4).
+blocks, half-precision models, construction-time errors, and infinite edge weights.
 
 The layer tests run on the CPU (pure-torch path) and, where a GPU with CuPy is present, on
 the GPU kernels too.

@@ -4,7 +4,9 @@ start-up hook ``dgl_maxk_hook.pth``.
 dgl 2.1.0 (the newest DGL on the package index) ships its graphbolt and dgl_sparse libraries
 only for torch 2.0-2.2, and ``dgl/graphbolt/__init__.py`` loads its library unconditionally,
 so ``import dgl`` fails on any newer torch. :class:`DGLLibraryFinder` changes two imports, and
-only when DGL's library for the running torch is missing:
+only when DGL's library for the running torch is missing and the installed
+``dgl/graphbolt/__init__.py`` is one it knows (:data:`KNOWN_GRAPHBOLT_LOADERS`; any other DGL
+is left alone):
 
 * ``dgl.graphbolt`` is imported without its module-level ``load_graphbolt()`` call. DGL's core
   (graphs, dgl.nn, neighbour sampling, DataLoader, datasets) then works as usual; a call of one
@@ -12,10 +14,11 @@ only when DGL's library for the running torch is missing:
 * ``import dgl.sparse`` raises :class:`MissingDGLLibrary` naming the cause.
 
 ``dgl_maxk/_dgl.py`` installs the finder before it imports DGL; ``dgl_maxk_hook.pth``, which
-pip puts into site-packages with dgl_maxk, installs it at interpreter start-up, so that a
-script may ``import dgl`` before ``dgl_maxk``. So this module imports only the standard library
-(it runs at every start-up of the environment), and whether a library is missing is only
-looked at when DGL imports one of the two modules (torch is loaded by then).
+pip puts into site-packages with dgl_maxk, installs it at interpreter start-up
+(:func:`install_at_startup`; ``DGL_MAXK_NO_HOOK=1`` turns that off), so that a script may
+``import dgl`` before ``dgl_maxk``. So this module imports only the standard library (it runs
+at every start-up of the environment), and whether a library is missing is only looked at
+when DGL imports one of the two modules (torch is loaded by then).
 """
 import importlib.machinery
 import os
@@ -25,6 +28,15 @@ import warnings
 # module -> (folder inside DGL's package, library name stem), as DGL's loaders spell them
 _LIBRARIES = {"dgl.graphbolt": ("graphbolt", "graphbolt_pytorch"),
               "dgl.sparse": ("dgl_sparse", "dgl_sparse_pytorch")}
+
+#: SHA-256 of the ``dgl/graphbolt/__init__.py`` files the finder knows how to import without
+#: their library (one module-level ``load_graphbolt()`` call, which it leaves out).
+KNOWN_GRAPHBOLT_LOADERS = {
+    "74b428ef410df40e8a2784853351fa15a6a87f83b6ab212c3acf4455e74922ac": "dgl 2.1.0",
+}
+
+#: Set to anything but "" or "0" to make dgl_maxk_hook.pth do nothing at start-up.
+NO_HOOK_VARIABLE = "DGL_MAXK_NO_HOOK"
 
 
 #: torchdata's deprecation banner for torchdata.datapipes, which DGL's graphbolt imports: it
@@ -72,20 +84,40 @@ def unavailable_features(dgl_dir, torch_version: str) -> dict:
     return {module: reason for module, reason in reasons.items() if reason is not None}
 
 
+def known_graphbolt_loader(dgl_dir) -> bool:
+    """Whether ``dgl_dir``/graphbolt/__init__.py is one of :data:`KNOWN_GRAPHBOLT_LOADERS`."""
+    import hashlib  # here, not at every interpreter start: its import takes about 4 ms
+    try:
+        with open(os.path.join(dgl_dir, "graphbolt", "__init__.py"), "rb") as file:
+            digest = hashlib.sha256(file.read()).hexdigest()
+    except OSError:
+        return False
+    return digest in KNOWN_GRAPHBOLT_LOADERS
+
+
 def install():
     """Put :class:`DGLLibraryFinder` first on ``sys.meta_path`` (once)."""
     if not any(isinstance(finder, DGLLibraryFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, DGLLibraryFinder())
 
 
+def install_at_startup():
+    """What dgl_maxk_hook.pth runs at every interpreter start: :func:`install`, unless the
+    environment variable ``DGL_MAXK_NO_HOOK`` is set (to anything but "" or "0")."""
+    if os.environ.get(NO_HOOK_VARIABLE, "") in ("", "0"):
+        install()
+
+
 class DGLLibraryFinder:  # an importlib.abc.MetaPathFinder (importing that costs ~15 ms)
-    """Finds dgl.graphbolt and dgl.sparse when their library is missing; nothing else."""
+    """Finds dgl.graphbolt and dgl.sparse when their library is missing, in a DGL whose
+    graphbolt loader it knows; nothing else."""
 
     def find_spec(self, fullname, path, target=None):
         torch = sys.modules.get("torch")
         if fullname not in _LIBRARIES or torch is None or not path:
             return None
-        if os.path.exists(library_file(path[0], fullname, torch.__version__)):
+        if (os.path.exists(library_file(path[0], fullname, torch.__version__))
+                or not known_graphbolt_loader(path[0])):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None:

@@ -315,7 +315,10 @@ class _SpMM(torch.autograd.Function):
 
 def check_edge_weight(edge_weight, num_edges: int, device):
     """Raise a DGLError or ValueError naming the problem unless ``edge_weight`` is None or
-    one float per edge, shaped (E,) or (E, 1), on the CPU or on the features' ``device``."""
+    one finite float per edge, shaped (E,) or (E, 1), on the CPU or on the features'
+    ``device``. NaN and infinite weights are refused alike, in one scan: the MaxK layers
+    aggregate before they project, where an infinite weight would meet zeros and give NaN
+    where DGL gives +-inf, so every path refuses them."""
     if edge_weight is None:
         return
     if not isinstance(edge_weight, torch.Tensor):
@@ -323,7 +326,7 @@ def check_edge_weight(edge_weight, num_edges: int, device):
     if edge_weight.device != torch.device(device) and edge_weight.device.type != "cpu":
         raise DGLError(f"edge_weight is on {edge_weight.device} but the features are on "
                        f"{device}")
-    check_features("edge_weight", edge_weight)
+    check_features("edge_weight", edge_weight, finite=True)
     if edge_weight.numel() != num_edges or edge_weight.dim() > 2 or (
             edge_weight.dim() == 2 and edge_weight.shape[1] != 1):
         raise DGLError(f"edge_weight must have one value per edge ({num_edges}), "
@@ -366,6 +369,7 @@ def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
         One edge type; on the CPU or on the device of ``x``.
     x : CBSR of shape (num_src, d)
     edge_weight : Tensor (num_edges,) or (num_edges, 1), optional
+        Finite: NaN and +-inf raise a ValueError naming the first position.
     norm : 'none' | 'left' | 'right' | 'both'
     check_nan : bool
         Scan ``x.values`` for NaN (a GPU synchronisation); False for values scanned already.

@@ -5,17 +5,16 @@
 // written.
 //
 // Lane j of a sub-group reads entries (j, j + L, ...) * QV .. + QV - 1 of the neighbour's
-// CBSR row (coalesced), and accumulates a * value into a d-wide fp32 buffer in shared memory:
-// its own buffer (NB = S; within one edge the columns are distinct, so no two lanes of a sub-group
-// touch one address in the same step, and a __syncwarp orders consecutive steps), or one
-// buffer shared with shared-memory atomics (ATOM, NB = 1). U edges per sub-group have their
-// loads in flight at once, and the next 32 (column, value) pairs are loaded while a batch is
-// gathered. At the end the buffers are summed (fixed order) and the row is stored
-// (single-group rows: deterministic without ATOM, and no zeroing of Y needed) or added with
+// CBSR row (coalesced), and accumulates a * value into its sub-group's own d-wide fp32 buffer
+// in shared memory (within one edge the columns are distinct, so no two lanes of a sub-group
+// touch one address in the same step, and a __syncwarp orders consecutive steps). U edges per
+// sub-group have their loads in flight at once, and the next 32 (column, value) pairs are
+// loaded while a batch is gathered. At the end the S buffers are summed (fixed order) and the
+// row is stored (single-group rows: deterministic, and no zeroing of Y needed) or added with
 // global atomics (multi-group rows: Y must be zero there first; the order of the atomic adds,
 // hence the rounding, varies from run to run).
 //
-// Bank windows (P_BANKED, private buffers): sub-group s's buffer lives in banks [s * L,
+// Bank windows (P_BANKED): sub-group s's buffer lives in banks [s * L,
 // s * L + L) (buf_slot), so sub-groups never collide, and the lanes of one step collide only
 // on columns equal mod L, which the top-k kernel's bank order (maxk_cbsr.cu) makes rare.
 // Measured (H200, Reddit-sized, k = 32): shared-memory wavefronts 918M -> 638M, 4.9 -> 4.5 ms.
@@ -24,32 +23,32 @@
 // at xv: one 32-bit word for half-precision values, an int32 pair for fp32 (load_entries).
 //
 // Run-time: k (CBSR entries per row), d (width). Compile-time constants (-D): those of
-//   edge_groups.cuh (P_T = ceil(k / (P_L * P_QV))), and P_ATOM (shared-memory atomics),
-//   P_NB buffers per warp, P_BANKED (bank windows), P_NOACC (timing variant: gather only,
-//   no output).
+//   edge_groups.cuh (P_T = ceil(k / (P_L * P_QV))), P_BANKED (bank windows), and P_PAD:
+//   each sub-group's buffer holds d + P_PAD floats (launch.py's spgemm_buffer_stride, the one
+//   place it is chosen; checked here).
 
-#ifndef P_ATOM
-#define P_ATOM 0
-#endif
-#ifndef P_NB
-#define P_NB (32 / P_L)
-#endif
-#ifndef P_NOACC
-#define P_NOACC 0
-#endif
 #ifndef P_BANKED
 #define P_BANKED 0
+#endif
+#ifndef P_PAD
+#define P_PAD 0
 #endif
 
 #include "edge_groups.cuh"
 
-// Floats from one private buffer to the next: the least stride >= d that is L more than a
+// Private buffers lie d + P_PAD floats apart: the least stride >= d that is L more than a
 // multiple of 32, so that sub-groups adding into the same column hit different banks (columns
 // that many rows keep, as trained layers' are, collided 4 ways at d apart: H200,
-// Reddit-sized, k = 8, 2.6 against 2.1 ms for uniform columns). launch.py mirrors it.
-__device__ __forceinline__ int buf_stride(int d) {
-    return P_NB > 1 ? d + ((P_L - d) & 31) : d;
-}
+// Reddit-sized, k = 8, 2.6 against 2.1 ms for uniform columns). Bank windows give each
+// sub-group d + P_PAD = ceil(d / L) * L floats of ceil(d / L) rows of 32 banks. The padding
+// is checked here as far as it is known at compile time; the bank windows' fit to d, which
+// their memory safety rests on, at run time (the private buffers' bank spacing is a matter
+// of speed only: tests/test_ops.py checks the launch's).
+static_assert(P_PAD >= 0 && P_PAD < (P_BANKED ? P_L : 32), "P_PAD: less than a step");
+static_assert(!P_D4 || P_PAD % 4 == 0, "P_PAD: float4 rows stay 16-byte aligned");
+static_assert(P_S > 1 || P_PAD == 0, "P_PAD: none for one buffer");
+
+__device__ __forceinline__ int buf_stride(int d) { return d + P_PAD; }
 
 // Where column c of sub-group sub's buffer lives: banked, at (c / L) * 32 + sub * L + c % L.
 __device__ __forceinline__ int buf_slot(int c, int sub, int d) {
@@ -60,22 +59,16 @@ __device__ __forceinline__ int buf_slot(int c, int sub, int d) {
 #endif
 }
 
-__device__ __forceinline__ int buf_floats(int d) {
-#if P_BANKED
-    return ((d + P_L - 1) / P_L) * 32;
-#else
-    return P_NB * buf_stride(d);
-#endif
-}
+__device__ __forceinline__ int buf_floats(int d) { return P_S * buf_stride(d); }
 
-// Sum the warp's NB buffers into row yrow of Y: stored (single-group row) or added (multi).
+// Sum the warp's S buffers into row yrow of Y: stored (single-group row) or added (multi).
 __device__ __forceinline__ void flush_row(const float* buf, float* yrow, int d, int lane,
                                           bool multi) {
 #if P_D4
     for (int c = lane * 4; c < d; c += 128) {
         float4 s = *reinterpret_cast<const float4*>(buf + buf_slot(c, 0, d));
 #pragma unroll
-        for (int q = 1; q < P_NB; ++q) {
+        for (int q = 1; q < P_S; ++q) {
             const float4 w = *reinterpret_cast<const float4*>(buf + buf_slot(c, q, d));
             s.x += w.x; s.y += w.y; s.z += w.z; s.w += w.w;
         }
@@ -86,7 +79,7 @@ __device__ __forceinline__ void flush_row(const float* buf, float* yrow, int d, 
     for (int c = lane; c < d; c += 32) {
         float s = buf[buf_slot(c, 0, d)];
 #pragma unroll
-        for (int q = 1; q < P_NB; ++q) s += buf[buf_slot(c, q, d)];
+        for (int q = 1; q < P_S; ++q) s += buf[buf_slot(c, q, d)];
         if (multi) atomicAdd(yrow + c, s);
         else yrow[c] = s;
     }
@@ -124,12 +117,9 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
             const float* __restrict__ row_scale, const val_t* __restrict__ xv,
             const idx_t* __restrict__ xi, float* __restrict__ y, long long num_groups, int k,
             int d) {
+    if (P_BANKED && buf_stride(d) % P_L) __trap();  // windows cut short: a launch bug
     const LanePlace p;
     float* buf = warp_smem(p.warp, buf_floats(d));
-    const int my_sub = P_NB == 1 ? 0 : p.sub;
-#if P_NOACC
-    float sink = 0.f;
-#endif
 
     for_each_group(num_groups, p.warp, [&](long long g) {
         for (int i = p.lane; i < buf_floats(d); i += 32) buf[i] = 0.f;
@@ -146,29 +136,12 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
             load_batch_entries(xv, xi, cc, ok, k, p.sl, v, ix);
 #pragma unroll
             for (int u = 0; u < P_U; ++u) {
-#if P_NOACC || P_ATOM
-#pragma unroll
-                for (int t = 0; t < P_T; ++t)
-#pragma unroll
-                    for (int q = 0; q < P_QV; ++q) {
-#if P_NOACC
-                        sink += aa[u] * v[u][t][q] + (float)ix[u][t][q];
-#else
-                        if (ix[u][t][q] >= 0)
-                            atomicAdd(buf + buf_slot(ix[u][t][q], my_sub, d), aa[u] * v[u][t][q]);
-#endif
-                    }
-#else
-                add_edge_entries(buf, my_sub, d, aa[u], v[u], ix[u]);
+                add_edge_entries(buf, p.sub, d, aa[u], v[u], ix[u]);
                 __syncwarp();  // the next edge's entries may hit the same columns
-#endif
             }
         });
         __syncwarp();
         flush_row(buf, y + row * d, d, p.lane, rowf < 0);
         __syncwarp();  // the flush reads what the next group's zeroing overwrites
     });
-#if P_NOACC
-    if (sink == 12345.678f) buf[0] = sink;  // keep the gathers (timing variant only)
-#endif
 }

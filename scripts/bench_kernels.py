@@ -174,8 +174,6 @@ def parse_args(argv):
                    help="also time kernel variants and edge-group sizes on the first graph")
     p.add_argument("--tune-only", action="store_true",
                    help="with --tune: skip the main table (faster)")
-    p.add_argument("--floor", action="store_true",
-                   help="also time the forward's gathers alone (no accumulation, no output)")
     p.add_argument("--out", default=None, help="JSON output path")
     args = p.parse_args(argv)
     if max(int(k) for k in args.ks.split(",")) > args.d:
@@ -272,11 +270,6 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device, h_skewed):
     r["fwd_skewed_ms"] = timer(lambda: impl.cbsr_spgemm(plan, None, sv, si, d, rs), args.reps,
                                args.warmup, flush, device)
     del sv, si
-    if device.type == "cuda" and args.floor:  # the same forward without the accumulation
-        with launch.overrides(cbsr_spgemm={"noacc": 1}):
-            r["fwd_gather_only_ms"] = timer(
-                lambda: cuda.cbsr_spgemm(plan, None, xv, xi, d, rs), args.reps, args.warmup,
-                flush, device)
     r["fwd_speedup"] = g["cusparse_fwd_ms"] / r["fwd_ms"]
     r["bwd_speedup"] = g["cusparse_bwd_ms"] / r["bwd_ms"]
     r["topk_speedup"] = r["torch_topk_ms"] / r["topk_ms"]
@@ -289,15 +282,13 @@ def time_k(k, g, plan, ev, h, dy, impl, args, flush, device, h_skewed):
     r["bwd_GBps"] = (stream + e * k * (4 + ib) + n * d * 4) / r["bwd_ms"] / 1e6
     r["topk_GBps"] = (n * d * 4 + n * k * (4 + ib)) / r["topk_ms"] / 1e6
     r["value_bytes"], r["index_bytes"] = xv.element_size(), ib
-    gathers = (f"; forward gathers alone {r['fwd_gather_only_ms']:.3f} ms"
-               if "fwd_gather_only_ms" in r else "")
     print(f"k={k:3d}: fwd {r['fwd_ms']:.3f} ms ({r['fwd_speedup']:.2f}x), bwd "
           f"{r['bwd_ms']:.3f} ms ({r['bwd_speedup']:.2f}x), sddmm {r['sddmm_ms']:.3f} "
           f"ms, top-k {r['topk_ms']:.3f} ms vs torch.topk {r['torch_topk_ms']:.3f} ms "
           f"({r['topk_speedup']:.2f}x); forward with bf16 values "
           f"{r['fwd_bf16_values_ms']:.3f} ms ({r['bf16_values_speedup']:.2f}x fp32's); on "
           f"skewed columns ({r['skewed_column_skew']:.1f}x the mean share) "
-          f"{r['fwd_skewed_ms']:.3f} ms{gathers}; with a value per edge fwd "
+          f"{r['fwd_skewed_ms']:.3f} ms; with a value per edge fwd "
           f"{r['fwd_edge_values_ms']:.3f} ms, bwd {r['bwd_edge_values_ms']:.3f} ms",
           flush=True)
     return r
@@ -461,8 +452,7 @@ def main(argv=None) -> int:
 FWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5", {"minb": 5}), ("minb5-u4", {"minb": 5, "u": 4}),
                 ("minb5-u8", {"minb": 5, "u": 8}), ("minb4-qv1", {"minb": 4, "qv": 0}),
-                ("minb5-qv1", {"minb": 5, "qv": 0}), ("gather-only", {"noacc": 1}),
-                ("apart", {"packed": 0})]
+                ("minb5-qv1", {"minb": 5, "qv": 0}), ("apart", {"packed": 0})]
 BWD_VARIANTS = [("base", {}), ("minb1", {"minb": 1}), ("minb4", {"minb": 4}),
                 ("minb5", {"minb": 5}), ("slices1", {"slices": 1}), ("slices2", {"slices": 2}),
                 ("slices4", {"slices": 4}), ("minb5-u2", {"minb": 5, "u": 2})]

@@ -1,5 +1,5 @@
 """What a user hits in the first week: inference mode before training, empty graphs and
-blocks, half-precision models, and construction-time errors (issue 10, items 1-4).
+blocks, half-precision models, construction-time errors, and infinite edge weights.
 
 The layer tests run on the CPU (pure-torch path) and, where a GPU with CuPy is present, on
 the GPU kernels too.
@@ -203,3 +203,46 @@ def test_installed_k_leaves_narrow_gin_inputs_and_model_convs_alone():
             model = build_model(name, 8, 16, 3, 2, k=4, nonlinearity="relu")
             assert all(conv.k is None for conv in model.convs), name
 
+
+
+# --------------------------------------------------------------------------- edge weights
+
+EDGE_WEIGHT_LAYERS = {
+    "SAGEConv mean": lambda k: SAGEConv(12, 4, "mean", k=k),
+    "SAGEConv gcn": lambda k: SAGEConv(12, 4, "gcn", k=k),
+    "SAGEConv pool": lambda k: SAGEConv(12, 4, "pool"),
+    "SAGEConv lstm": lambda k: SAGEConv(12, 4, "lstm"),
+    "GraphConv in>out": lambda k: GraphConv(12, 4, k=k),
+    "GraphConv in<out": lambda k: GraphConv(12, 20, k=k),
+    "GINConv sum": lambda k: GINConv(torch.nn.Linear(12, 4), "sum", k=k),
+    "GINConv mean": lambda k: GINConv(torch.nn.Linear(12, 4), "mean", k=k),
+    "GINConv max": lambda k: GINConv(torch.nn.Linear(12, 4), "max"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("deferred", [False, True], ids=["immediate", "deferred"])
+@pytest.mark.parametrize("k", [None, 3])
+@pytest.mark.parametrize("name", EDGE_WEIGHT_LAYERS)
+def test_infinite_edge_weight_is_refused_with_its_position(name, k, deferred, device):
+    """Aggregating before projecting would turn an infinite edge weight into NaN where DGL
+    gives +-inf: every layer refuses it (k set or not), naming the first position, in the
+    NaN scan of the edge weights (so deferred_checks defers it)."""
+    if k is not None and name.endswith(("pool", "lstm", "max")):
+        pytest.skip("MaxK does not apply to this aggregator")
+    g = dgl.add_self_loop(dgl.rand_graph(15, 40))
+    layer = EDGE_WEIGHT_LAYERS[name](k).to(device)
+    x = torch.randn(15, 12, device=device)
+    first, second = sorted(torch.randperm(g.num_edges())[:2].tolist())
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        w = torch.rand(g.num_edges(), 1, device=device)
+        w[first] = bad
+        w[second] = -bad
+        pattern = rf"edge_weight contains 2 non-finite .* at index \({first}, 0\)"
+        with pytest.raises(ValueError, match=pattern):
+            if deferred:
+                with dgl_maxk.deferred_checks():
+                    layer(g, x, edge_weight=w)
+            else:
+                layer(g, x, edge_weight=w)
+    layer(g, x, edge_weight=torch.rand(g.num_edges(), 1, device=device))  # finite: fine

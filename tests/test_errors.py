@@ -164,8 +164,9 @@ def test_nan_in_features_says_where(name, h):
     if r < 9:
         x[9, 0] = float("nan")  # the first NaN is still reported first, and the count is 2
         raises(ValueError, rf"2 NaN.*\({r}, {c}\)", lambda: layer(name)(g, x))
-    pair = (torch.randn(10, 6), x)
-    raises(ValueError, r"destination features.*NaN", lambda: layer(name)(g, pair))
+    if not name.startswith("graphconv"):  # GraphConv never reads destination features
+        pair = (torch.randn(10, 6), x)
+        raises(ValueError, r"destination features.*NaN", lambda: layer(name)(g, pair))
 
 
 def test_nan_in_operator_inputs(h):

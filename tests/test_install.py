@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import _dgl_maxk_hook
 import dgl_maxk
 import dgl_maxk.nn
 from dgl_maxk._dgl import dgl
@@ -307,3 +308,50 @@ def test_import_needs_no_gpu_cupy_network_or_home(tmp_path):
     written = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert written == [], f"import dgl_maxk wrote into HOME: {written}"
     assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- start-up hook
+
+def _finders():
+    return [f for f in sys.meta_path if isinstance(f, _dgl_maxk_hook.DGLLibraryFinder)]
+
+
+@pytest.mark.parametrize("value, installs", [(None, True), ("", True), ("0", True),
+                                             ("1", False), ("yes", False)])
+def test_hook_file_does_nothing_when_turned_off(value, installs, monkeypatch):
+    """dgl_maxk_hook.pth's line, run as site runs it at start-up, installs the finder unless
+    DGL_MAXK_NO_HOOK is set; ``import dgl_maxk`` installs it either way (it needs it)."""
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if f not in _finders()])
+    if value is None:
+        monkeypatch.delenv("DGL_MAXK_NO_HOOK", raising=False)
+    else:
+        monkeypatch.setenv("DGL_MAXK_NO_HOOK", value)
+    exec((REPO / "dgl_maxk_hook.pth").read_text(), {})
+    assert len(_finders()) == int(installs)
+    _dgl_maxk_hook.install()
+    assert len(_finders()) == 1
+
+
+def fake_dgl(root: Path, graphbolt_source: bytes) -> Path:
+    """A DGL package folder without native libraries: graphbolt's and sparse's sources."""
+    for name, source in (("graphbolt", graphbolt_source), ("sparse", b"")):
+        (root / "dgl" / name).mkdir(parents=True)
+        (root / "dgl" / name / "__init__.py").write_bytes(source)
+    return root / "dgl"
+
+
+@pytest.mark.parametrize("module", ["dgl.graphbolt", "dgl.sparse"])
+def test_finder_leaves_a_dgl_with_an_unknown_graphbolt_loader_alone(module, tmp_path):
+    """The finder changes DGL's imports only where DGL's graphbolt loader is one it knows
+    (the installed DGL's, here): a changed one is left to DGL's own import."""
+    installed = Path(dgl.__file__).parent
+    assert _dgl_maxk_hook.known_graphbolt_loader(installed), "the DGL these tests run on"
+    source = (installed / "graphbolt" / "__init__.py").read_bytes()
+    finder = _dgl_maxk_hook.DGLLibraryFinder()
+    known = fake_dgl(tmp_path / "known", source)
+    spec = finder.find_spec(module, [str(known)])
+    assert spec is not None and isinstance(spec.loader, _dgl_maxk_hook._MissingLibraryLoader)
+    changed = fake_dgl(tmp_path / "changed", source.replace(b"load_graphbolt()\n",
+                                                            b"load_graphbolt()  # v2\n"))
+    assert finder.find_spec(module, [str(changed)]) is None
+    assert not _dgl_maxk_hook.known_graphbolt_loader(tmp_path / "absent")

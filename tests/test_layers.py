@@ -511,6 +511,23 @@ def test_with_k_on_blocks(layer, h):
                  rows=dst)
 
 
+@pytest.mark.parametrize("k", (None, 4))
+def test_graphconv_never_reads_destination_features(k, h):
+    """GraphConv, as DGL's, reads only source rows: a pair's destination features narrower
+    than k, or holding NaN, change nothing (their rows and device are still checked)."""
+    g = dgl.add_self_loop(h.random_graph(40, 120))
+    block, src, dst, _ = seeded_block(h, g, 12)
+    stock = perturb(dgl.nn.GraphConv(8, 3, norm="right").double())
+    ours = GraphConv(8, 3, norm="right", k=k).double()
+    ours.load_state_dict(stock.state_dict())
+    x = torch.randn(40, 8, dtype=torch.float64)
+    narrow = torch.randn(len(dst), 3, dtype=torch.float64)
+    narrow[int(torch.randint(len(dst), ())), 1] = float("nan")
+    expected = stock(g, x if k is None else maxk(x, k).to_dense())[dst]
+    close(ours(block, (x[src], narrow)), expected, f"GraphConv k={k} pair")
+    with pytest.raises(DGLError, match="destination features have 11 rows"):
+        ours(block, (x[src], narrow[:11]))
+
 @pytest.mark.parametrize("layer", ("sage_mean", "sage_gcn", "graphconv", "gin"))
 @pytest.mark.parametrize("layer_k", (None, 5))
 def test_cbsr_input_is_used_as_is(layer, layer_k, h):

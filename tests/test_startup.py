@@ -275,6 +275,8 @@ def test_finder_acts_only_when_the_library_is_missing(module, tmp_path):
     library.parent.mkdir(parents=True)
     (fake_dgl / module.split(".")[1]).mkdir(exist_ok=True)
     (fake_dgl / module.split(".")[1] / "__init__.py").touch()
+    (fake_dgl / "graphbolt").mkdir(exist_ok=True)  # a graphbolt loader the finder knows
+    shutil.copy(Path(dgl.__file__).parent / "graphbolt" / "__init__.py", fake_dgl / "graphbolt")
     spec = finder.find_spec(module, [str(fake_dgl)])
     assert spec is not None and spec.origin.startswith(str(fake_dgl))
     library.touch()

@@ -79,7 +79,7 @@ def _slice_rows(x, n):
 
 def _check_one(name, x, width, nan=True):
     if isinstance(x, CBSR):
-        check_features(name, x.values)
+        check_features(name, x.values, nan=nan)
         d = x.d
     else:
         check_features(name, x, nan=nan)
@@ -90,19 +90,24 @@ def _check_one(name, x, width, nan=True):
         raise ValueError(f"{name} has width {d} but the layer expects {width}")
 
 
-def split_features(graph, feat, k, dropout=None, widths=(None, None)):
+def split_features(graph, feat, k, dropout=None, widths=(None, None), use_dst=True):
     """(source, destination, plan): DGL's ``expand_as_pair`` with MaxK and dropout applied.
 
     A single tensor serves both sides (its first ``num_dst_nodes`` rows on a block), after one
     MaxK and one dropout, as in DGL's layers; a pair is treated side by side. Dense tensors
-    become CBSR when ``k`` is set; CBSR inputs are used as they are. Raises a ValueError or
-    DGLError naming the problem for bad input.
+    become CBSR when ``k`` is set; CBSR inputs are used as they are. ``use_dst=False``, for a
+    layer that never reads destination features (GraphConv, as DGL's): a pair's second
+    tensor is checked for type, shape and device only (no width, NaN scan, MaxK or dropout)
+    and returned as given. Raises a ValueError or DGLError naming the problem for bad input.
     """
     check_graph(graph)
 
-    def prepare(name, x, width):
+    def prepare(name, x, width, used=True):
         if not isinstance(x, (torch.Tensor, CBSR)):
             raise ValueError(f"{name} must be a torch.Tensor or CBSR, got {type(x).__name__}")
+        if not used:
+            _check_one(name, x, None, nan=False)
+            return x
         to_cbsr = k is not None and not isinstance(x, CBSR)
         _check_one(name, x, width, nan=not to_cbsr)
         if to_cbsr:
@@ -118,7 +123,7 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None)):
         if isinstance(feat[1], (torch.Tensor, CBSR)) and feat[1].device != src.device:
             raise DGLError(f"source features on {src.device} but destination features on "
                            f"{feat[1].device}")
-        dst = prepare("destination features", feat[1], widths[1])
+        dst = prepare("destination features", feat[1], widths[1], use_dst)
     else:
         src = prepare("features", feat, widths[0])
         dst = _slice_rows(src, graph.num_dst_nodes()) if graph.is_block else src

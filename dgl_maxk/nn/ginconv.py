@@ -88,7 +88,8 @@ class GINConv(dgl.nn.GINConv):
     def forward(self, graph, feat, edge_weight=None):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
         matrix, or a (source, destination) pair of them. Returns (N_dst, D_out). As in DGL,
-        1-D features (N,) are one column, and give (N_dst,) rows to ``apply_func``."""
+        1-D features (N,) are one column, and give (N_dst,) rows to ``apply_func``.
+        ``edge_weight`` must be finite (see :func:`dgl_maxk.cbsr_spgemm`)."""
         vector = all(isinstance(f, torch.Tensor) and f.dim() == 1
                      for f in (feat if isinstance(feat, tuple) else (feat,)))
         if vector:

@@ -63,8 +63,10 @@ class GraphConv(dgl.nn.GraphConv):
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
-        matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats)."""
-        src, _, plan = split_features(graph, feat, self.k, widths=(self._in_feats, None))
+        matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats).
+        ``edge_weight`` must be finite (see :func:`dgl_maxk.cbsr_spgemm`)."""
+        src, _, plan = split_features(graph, feat, self.k, widths=(self._in_feats, None),
+                                      use_dst=False)
         if not self._allow_zero_in_degree:
             check_zero_in_degree(plan)
         if weight is not None:

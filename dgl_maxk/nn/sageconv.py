@@ -79,7 +79,8 @@ class SAGEConv(dgl.nn.SAGEConv):
         matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats).
         ``skip_norm=True`` returns the output before ``norm`` ('mean' and 'gcn'), for a
         caller that applies the norm itself (the models fuse the LayerNorm with the next
-        layer's MaxK: :meth:`dgl_maxk.nn.LayerNorm.maxk`)."""
+        layer's MaxK: :meth:`dgl_maxk.nn.LayerNorm.maxk`). ``edge_weight`` must be finite
+        (see :func:`dgl_maxk.cbsr_spgemm`)."""
         if self._aggre_type in ("pool", "lstm"):
             if skip_norm:
                 raise ValueError(f"skip_norm applies to the 'mean' and 'gcn' aggregators, "

@@ -19,8 +19,9 @@ import torch
 
 
 class NaNError(ValueError):
-    """A NaN in an input, found by a content check: the message names the tensor, the NaN
-    count and the first position."""
+    """A NaN in an input (or a NaN or infinite value where only finite ones are valid: edge
+    weights), found by a content check: the message names the tensor, the count and the
+    first position."""
 
 
 _ENABLED = contextvars.ContextVar("dgl_maxk_input_checks", default=True)
@@ -72,21 +73,27 @@ def recorded_checks():
         _PENDING.reset(token)
 
 
-def _nan_message(name, count, where) -> str:
-    return (f"{name} contains {count} NaN value(s), the first at index {tuple(where)}")
+def _nan_message(name, count, where, finite=False) -> str:
+    what = "non-finite (NaN or infinite)" if finite else "NaN"
+    return f"{name} contains {count} {what} value(s), the first at index {tuple(where)}"
 
 
-def nan_scan(x: torch.Tensor):
+def _invalid(x: torch.Tensor, finite: bool) -> torch.Tensor:
+    """The mask of ``x``'s NaN (``finite``: of its NaN and infinite values)."""
+    return ~torch.isfinite(x) if finite else torch.isnan(x)
+
+
+def nan_scan(x: torch.Tensor, finite: bool = False):
     """(NaN count, flat position of the first NaN, or 0 without one) of ``x`` as int64
-    tensors on its device: no host sync."""
-    bad = torch.isnan(x).reshape(-1).view(torch.uint8)  # a view: no copy of the mask
+    tensors on its device: no host sync. ``finite``: of its NaN and infinite values."""
+    bad = _invalid(x, finite).reshape(-1).view(torch.uint8)  # a view: no copy of the mask
     first = bad.argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
     return bad.sum(dtype=torch.int64), first
 
 
-def _record_nan_scan(pending: list, name: str, x: torch.Tensor):
+def _record_nan_scan(pending: list, name: str, x: torch.Tensor, finite: bool):
     """Device-side NaN count and first flat position of ``x``, read later (no sync now)."""
-    pending.append((name, tuple(x.shape), *nan_scan(x), False))
+    pending.append((name, tuple(x.shape), *nan_scan(x, finite), False, finite))
 
 
 def raise_recorded_checks(pending: list):
@@ -101,7 +108,7 @@ def recorded_flags(pending: list):
     if not pending:
         return None
     device = pending[0][2].device  # edge weights may sit on the CPU beside GPU features
-    return torch.stack([t.to(device) for _, _, count, first, _ in pending
+    return torch.stack([t.to(device) for _, _, count, first, *_ in pending
                         for t in (count, first)]).view(-1, 2)
 
 
@@ -110,15 +117,15 @@ def raise_recorded_flags(pending: list, flags):
     the first NaN, with its position."""
     if flags is None:
         return
-    for (name, shape, _, _, from_end), (count, first) in zip(pending, flags.tolist()):
-        _raise_if_nan(name, shape, count, first, from_end)
+    for (name, shape, _, _, from_end, finite), (count, first) in zip(pending, flags.tolist()):
+        _raise_if_nan(name, shape, count, first, from_end, finite)
 
 
-def _raise_if_nan(name, shape, count, first, from_end):
+def _raise_if_nan(name, shape, count, first, from_end, finite=False):
     if count:
         first = math.prod(shape) - first if from_end else first
         where = torch.unravel_index(torch.tensor(first), shape)
-        raise NaNError(_nan_message(name, count, [int(i) for i in where]))
+        raise NaNError(_nan_message(name, count, [int(i) for i in where], finite))
 
 
 def nan_counters(x: torch.Tensor):
@@ -135,7 +142,7 @@ def check_nan_counters(name: str, shape, counters):
         return
     pending = _PENDING.get()
     if pending is not None:
-        pending.append((name, tuple(shape), counters[0], counters[1], True))
+        pending.append((name, tuple(shape), counters[0], counters[1], True, False))
         return
     _raise_if_nan(name, tuple(shape), *counters.tolist(), True)
 
@@ -152,9 +159,11 @@ def check_k(k, width: int | None = None, width_name: str = "d") -> int:
     return int(k)
 
 
-def check_features(name: str, x, rows: int | None = None, nan: bool = True):
+def check_features(name: str, x, rows: int | None = None, nan: bool = True,
+                   finite: bool = False):
     """Raise a ValueError naming the problem if ``x`` cannot be aggregated. ``nan=False``
-    skips the NaN scan (for tensors the caller has scanned already)."""
+    skips the NaN scan (for tensors the caller has scanned already); ``finite=True`` makes
+    it refuse infinite values too (in the same scan)."""
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
@@ -165,8 +174,8 @@ def check_features(name: str, x, rows: int | None = None, nan: bool = True):
         return
     pending = _PENDING.get()
     if pending is not None:
-        _record_nan_scan(pending, name, x)
+        _record_nan_scan(pending, name, x, finite)
         return
-    bad = torch.isnan(x)
+    bad = _invalid(x, finite)
     if bad.any():
-        raise NaNError(_nan_message(name, int(bad.sum()), bad.nonzero()[0].tolist()))
+        raise NaNError(_nan_message(name, int(bad.sum()), bad.nonzero()[0].tolist(), finite))

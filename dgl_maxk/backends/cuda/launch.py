@@ -19,9 +19,8 @@ from .runtime import SMEM_DEFAULT
 #: before it flushes its partial row (the edge-group size of every graph kernel).
 DEFAULTS = {
     "group_size": 256,
-    "cbsr_spgemm": {"qv": 1, "atom": 0, "shared_buf": 0, "persist": 1, "minb": 4,
-                    "banked": 1, "banked_max_bytes": 96 << 20, "packed": 1,
-                    "pairs_max_k": 16},
+    "cbsr_spgemm": {"qv": 1, "persist": 1, "minb": 4, "banked": 1,
+                    "banked_max_bytes": 96 << 20, "packed": 1, "pairs_max_k": 16},
     "cbsr_sspmm": {"persist": 1, "minb": 5, "u": 2, "unsliced_bytes": 32 << 20,
                    "slice_bytes": 16 << 20, "max_slices": 4, "reread_bytes": 8 << 30,
                    "min_source_entries": 8, "prefetch": 1},
@@ -31,8 +30,8 @@ DEFAULTS = {
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
-_OPTIONS = {"cbsr_spgemm": {"qv", "atom", "shared_buf", "persist", "minb", "u", "noacc",
-                            "banked", "banked_max_bytes", "packed", "pairs_max_k"},
+_OPTIONS = {"cbsr_spgemm": {"qv", "persist", "minb", "u", "banked", "banked_max_bytes",
+                            "packed", "pairs_max_k"},
             "cbsr_sspmm": {"persist", "minb", "u", "unsliced_bytes", "slice_bytes",
                            "max_slices", "slices", "reread_bytes", "min_source_entries",
                            "prefetch"},
@@ -133,21 +132,21 @@ def bank_order(k: int, d: int, cbsr_bytes: int, vec: int = 1) -> dict:
     of ``cbsr_bytes``: the order of each row's entries in which the forward's lanes of one
     step hit distinct shared-memory banks (maxk_cbsr.cu), where it pays
     (:func:`_bank_ordered`); else ascending columns (ORDER_L 0)."""
-    lanes, qv, private = spgemm_lanes(k, d, True)
-    if _bank_ordered(k, lanes, qv, private, cbsr_bytes) and lanes >= vec:
+    lanes, qv = spgemm_lanes(k, d, True)
+    if _bank_ordered(k, lanes, qv, cbsr_bytes) and lanes >= vec:
         return {"ORDER_L": lanes, "ORDER_QV": qv, "ORDER_STEPS": k // lanes}
     return {"ORDER_L": 0}
 
 
-def _bank_ordered(k: int, lanes: int, qv: int, private: bool, cbsr_bytes: int) -> bool:
+def _bank_ordered(k: int, lanes: int, qv: int, cbsr_bytes: int) -> bool:
     """Whether the forward's rows are in the top-k kernel's bank order (the ``banked`` option
-    of ``cbsr_spgemm`` switches it with the bank windows): private buffers, k / L >= 2 whole
-    steps per edge, and a CBSR matrix of at most ``banked_max_bytes``. Measured (H200,
+    of ``cbsr_spgemm`` switches it with the bank windows): k / L >= 2 whole steps per edge,
+    and a CBSR matrix of at most ``banked_max_bytes``. Measured (H200,
     docs/performance.md): a forward whose gathers hit L2 is bound by its shared-memory
     accumulation, and the order takes 8% off it (Reddit-sized, k = 32: 37 MB of CBSR); a
     larger one is bound by its gathers from DRAM, gains nothing, and the order costs the
     top-k kernel up to 20% (products-sized, k = 32: 392 MB)."""
-    return (bool(option("cbsr_spgemm", "banked")) and private and k % (lanes * qv) == 0
+    return (bool(option("cbsr_spgemm", "banked")) and k % (lanes * qv) == 0
             and k >= 2 * lanes and cbsr_bytes <= option("cbsr_spgemm", "banked_max_bytes"))
 
 
@@ -183,30 +182,31 @@ def layer_norm_config(d: int):
 
 
 def spgemm_lanes(k: int, d: int, aligned: bool):
-    """(lanes per edge L, entries per lane-load QV, private buffers) of the forward for rows
-    of k CBSR entries and width d (``aligned``: 4 entries can be loaded as one vector)."""
-    def opt(key):
-        return option("cbsr_spgemm", key)
-    qv = 4 if opt("qv") and k % 4 == 0 and aligned else 1
-    private = not (opt("shared_buf") and opt("atom"))
-    if qv == 4 and private and k < 32:  # private buffers need >= 8 busy lanes per edge,
-        # so 2-wide loads from k = 16: fewer, wider gathers (H200, Reddit-sized, d = 256:
-        # k = 16 3.14 -> 2.95 ms, k = 24 5.33 -> 4.43 ms)
+    """(lanes per edge L, entries per lane-load QV) of the forward for rows of k CBSR entries
+    and width d (``aligned``: 4 entries can be loaded as one vector)."""
+    qv = 4 if option("cbsr_spgemm", "qv") and k % 4 == 0 and aligned else 1
+    if qv == 4 and k < 32:  # the private buffers need >= 8 busy lanes per edge, so 2-wide
+        # loads from k = 16: fewer, wider gathers (H200, Reddit-sized, d = 256: k = 16
+        # 3.14 -> 2.95 ms, k = 24 5.33 -> 4.43 ms)
         qv = 2 if k >= 16 else 1
-    lanes = _pow2ceil(min(-(-k // qv), 32))
-    if private:
-        lanes = wanted = max(lanes, 8)
-        while lanes < 32 and (32 // lanes) * d > 1024:  # about 4 KiB of buffers per warp
-            lanes *= 2
-        if lanes > wanted and lanes * qv > k:  # wide loads would leave lanes idle
-            qv = 1
-    return lanes, qv, private
+    lanes = wanted = max(_pow2ceil(min(-(-k // qv), 32)), 8)
+    while lanes < 32 and (32 // lanes) * d > 1024:  # about 4 KiB of buffers per warp
+        lanes *= 2
+    if lanes > wanted and lanes * qv > k:  # wide loads would leave lanes idle
+        qv = 1
+    return lanes, qv
 
 
-def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
-    """cbsr_spgemm.cu's ``buf_stride``: private buffers lie the least stride >= d that is
-    ``lanes`` more than a multiple of 32 apart (each sub-group's column c in its own bank)."""
-    return d + ((lanes - d) & 31) if nbuf > 1 else d
+def spgemm_buffer_stride(d: int, lanes: int, banked: bool) -> int:
+    """Floats of the forward's shared-memory buffer per sub-group of ``lanes`` lanes, handed
+    to cbsr_spgemm.cu as ``P_PAD`` = stride - d (which it checks against its layout). With
+    bank windows ceil(d / L) * L (the sub-groups' windows interleave: ceil(d / L) rows of 32
+    banks in all); else the buffers lie one after the other, the least stride >= d that is
+    L more than a multiple of 32 apart (each sub-group's column c in its own bank; one
+    sub-group of 32 lanes: d)."""
+    if banked:
+        return -(-d // lanes) * lanes
+    return d + ((lanes - d) & 31) if lanes < 32 else d
 
 
 #: ``P_PACKED``: how the forward's launch hands it X's entries (kernels.py writes them).
@@ -240,14 +240,13 @@ def spgemm_entries(x_values) -> int:
 def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     """(defines, warps, shared bytes, persistent) of the forward SpGEMM (``edge_values``:
     whether the edges carry values, or count 1 each; ``P_PACKED``: how the entries are to
-    be handed, :func:`spgemm_entries`)."""
+    be handed, :func:`spgemm_entries`; ``P_PAD``: :func:`spgemm_buffer_stride` - d)."""
     def opt(key):
         return option("cbsr_spgemm", key)
     form = spgemm_entries(x_values)
     aligned = form != ENTRIES_APART or _four_entry_loads(x_values, x_indices)
-    lanes, qv, private = spgemm_lanes(k, d, aligned)
+    lanes, qv = spgemm_lanes(k, d, aligned)
     subs = 32 // lanes
-    nbuf = subs if private else 1
     t = _pow2ceil(-(-k // (qv * lanes)))  # powers of 2 only: fewer variants to compile
     if qv > 1:  # measured (H200, Reddit-sized, QV 2 at k = 16): 4 edges, 3.10 -> 2.95 ms
         u = max(1, 4 // t)
@@ -256,15 +255,15 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     u = opt("u") or max(1, min(u, 32 // subs))
     # bank windows per sub-group pay where the top-k kernel's bank order applies
     cbsr_bytes = x_values.shape[0] * k * (x_values.element_size() + x_indices.element_size())
-    banked = int(lanes < 32 and _bank_ordered(k, lanes, qv, private, cbsr_bytes))
-    buf_floats = -(-d // lanes) * 32 if banked else nbuf * spgemm_buffer_stride(d, lanes, nbuf)
-    warps = max(1, min(8, SMEM_DEFAULT // (buf_floats * 4)))
-    defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_ATOM": int(bool(opt("atom"))),
-               "P_NB": nbuf, "P_D4": int(d % 4 == 0), "P_NOACC": int(bool(opt("noacc"))),
-               "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
-               "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size(),
+    banked = int(lanes < 32 and _bank_ordered(k, lanes, qv, cbsr_bytes))
+    stride = spgemm_buffer_stride(d, lanes, banked)
+    warps = max(1, min(8, SMEM_DEFAULT // (subs * stride * 4)))
+    defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_D4": int(d % 4 == 0),
+               "P_BANKED": banked, "P_PAD": stride - d, "P_MINB": int(opt("minb")),
+               "WARPS": warps, "VAL_KIND": value_kind(x_values.dtype),
+               "IDX_BYTES": x_indices.element_size(),
                "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": form}
-    return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
+    return defines, warps, warps * subs * stride * 4, bool(opt("persist"))
 
 
 def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):

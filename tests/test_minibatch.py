@@ -81,8 +81,9 @@ def _results(out):
 # --standalone: torchrun's rendezvous on a free port (tests running side by side would
 # collide on the fixed default).
 TWO_PROCESSES = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-ARGS = ["--config", str(REPO / "configs" / "quickstart_minibatch.yaml"), "--device", "cpu", "--seeds", "1",
-        "--set", "train.epochs=3", "dataset.params.num_nodes=400", "--no-progress"]
+ARGS = ["--config", str(REPO / "configs" / "quickstart_minibatch.yaml"), "--device", "cpu",
+        "--seeds", "1", "--set", "train.epochs=3", "dataset.params.num_nodes=400",
+        "--no-progress"]
 
 
 @pytest.fixture(scope="module")

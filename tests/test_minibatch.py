@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import dgl_maxk
+from dgl_maxk.cli import main as cli_main
 from dgl_maxk.training import sampling
 from dgl_maxk._dgl import dgl
 from dgl_maxk.models import build_model
@@ -77,19 +78,27 @@ def _results(out):
     return json.loads((run_dir / "results.json").read_text()), run_dir
 
 
-def _train(tmp_path, launcher, name):
-    out = tmp_path / name
-    r = _cli(launcher, "--config", "configs/quickstart_minibatch.yaml", "--device", "cpu",
-             "--seeds", "1", "--set", "train.epochs=3", "--out", out, "--no-progress")
+# --standalone: torchrun's rendezvous on a free port (tests running side by side would
+# collide on the fixed default).
+TWO_PROCESSES = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+ARGS = ["--config", str(REPO / "configs" / "quickstart_minibatch.yaml"), "--device", "cpu",
+        "--seeds", "1", "--set", "train.epochs=3", "dataset.params.num_nodes=400",
+        "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    """(stdout, results, run directory) of the uninterrupted two-process run (both tests
+    below read it)."""
+    out = tmp_path_factory.mktemp("whole")
+    r = _cli(TWO_PROCESSES, *ARGS, "--out", out)
     return (r.stdout, *_results(out))
 
 
-TWO_PROCESSES = ["-m", "torch.distributed.run", "--nproc_per_node=2"]
-
-
-def test_two_process_gloo_training_gives_the_same_result_format(tmp_path):
-    one_out, one, _ = _train(tmp_path, [], "one")
-    two_out, two, run_dir = _train(tmp_path, TWO_PROCESSES, "two")
+def test_two_process_gloo_training_gives_the_same_result_format(two_process_run, tmp_path):
+    assert cli_main(["train", *ARGS, "--out", str(tmp_path)]) == 0  # the same run in one process
+    one, _ = _results(tmp_path)
+    two_out, two, run_dir = two_process_run
     assert one["processes"] == 1 and two["processes"] == 2
     assert set(two) == set(one)
     for variant in ("maxk", "relu"):
@@ -104,21 +113,18 @@ def test_two_process_gloo_training_gives_the_same_result_format(tmp_path):
                                                         "relu", "results.json"]
 
 
-def test_two_process_run_resumes_to_the_uninterrupted_result(tmp_path):
+def test_two_process_run_resumes_to_the_uninterrupted_result(two_process_run, tmp_path):
     """Each process draws its own dropout masks (its blocks differ in size), so each must
     resume from its own random state, not process 0's."""
-    args = ["--config", "configs/quickstart_minibatch.yaml", "--device", "cpu", "--seeds", "1",
-            "--set", "train.epochs=3", "dataset.params.num_nodes=400", "--no-progress"]
-    _cli(TWO_PROCESSES, *args, "--out", tmp_path / "whole")
-    whole, _ = _results(tmp_path / "whole")
+    _, whole, _ = two_process_run
     # each process exits 4 (stopped, resumable), which torchrun reports as its own failure
-    r = _cli(TWO_PROCESSES, *args, "--out", tmp_path / "cut", "--stop-after-epochs", "2",
+    r = _cli(TWO_PROCESSES, *ARGS, "--out", tmp_path, "--stop-after-epochs", "2",
              returncode=None)
-    cut, run_dir = _results(tmp_path / "cut")
+    cut, run_dir = _results(tmp_path)
     assert not cut["complete"] and f"--resume {run_dir}" in r.stderr, r.stderr[-3000:]
     r = _cli(TWO_PROCESSES, "--resume", run_dir, "--no-progress")
     assert "resuming from epoch 2" in r.stdout
-    resumed, _ = _results(tmp_path / "cut")
+    resumed, _ = _results(tmp_path)
     for variant in ("maxk", "relu"):
         a, b = (res["variants"][variant]["seeds"][0] for res in (resumed, whole))
         assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]], variant

@@ -1,12 +1,15 @@
-"""The scripts under scripts/ as a user runs them, on a CPU, in subprocesses: ``--help``, and
-for bad input one line ``error: ...`` with the exit status of ``python -m dgl_maxk train``
-(2 bad arguments, configs or files; 3 data; 4 stopped and resumable), never a traceback.
+"""The scripts under scripts/ on a CPU: ``--help``, and for bad input one line
+``error: ...`` with the exit status of ``python -m dgl_maxk train`` (2 bad arguments, configs
+or files; 3 data; 4 stopped and resumable), never a traceback.
 
-Each script starts in seconds (torch and DGL load): a test runs its cases side by side.
+Each script starts in seconds (torch and DGL load): every script starts on its own in a
+subprocess for ``--help``, and signals reach a script's own process; the other cases call
+the script's ``main`` in the test's process (the ``script_main`` fixture).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import signal
@@ -15,12 +18,15 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ("bench_minibatch", "reproduce", "compare_dgl", "bench_kernels", "sanitize_kernels")
+QUICKSTART = REPO / "configs" / "quickstart.yaml"
+CORA = REPO / "configs" / "cora_gcn.yaml"
 
 
 def script_env(tmp_path) -> dict:
@@ -44,10 +50,38 @@ def run_side_by_side(commands, tmp_path, timeout=120) -> list:
         return list(pool.map(run, commands))
 
 
+class Ran(NamedTuple):
+    """A script's run in this process, as :class:`subprocess.CompletedProcess` tells it."""
+    args: list
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def script_main(tmp_path, capsys, monkeypatch):
+    """``run(name, *args)``: ``python scripts/<name>.py *args`` through the script's ``main``
+    in this process, with no data anywhere and ``tmp_path`` as the working directory. An
+    uncaught exception fails the test, as a traceback would."""
+    monkeypatch.setenv("DGL_MAXK_DATA", str(tmp_path / "nodata"))
+    monkeypatch.chdir(tmp_path)
+
+    def run(name, *args):
+        args = [str(a) for a in args]
+        capsys.readouterr()
+        try:
+            status = load_script(name).main(args)
+        except SystemExit as exit_:
+            status = exit_.code
+        out, err = capsys.readouterr()
+        return Ran([name, *args], status, out, err)
+    return run
+
+
 def assert_error_line(result, status: int, *words):
     """Exit ``status``, stderr opening with one ``error:`` line holding ``words``, and no
     traceback."""
-    what = f"{result.args[1:]}:\n{result.stderr[-2000:]}"
+    what = f"{result.args}:\n{result.stderr[-2000:]}"
     assert result.returncode == status, what
     assert "Traceback" not in result.stderr, what
     first, *rest = result.stderr.splitlines() or [""]
@@ -63,17 +97,15 @@ def test_every_script_prints_its_help(tmp_path):
         assert result.stdout.startswith("usage:"), (name, result.stdout[:500])
 
 
-def test_bench_minibatch_refuses_bad_arguments_before_starting(tmp_path):
+def test_bench_minibatch_refuses_bad_arguments_before_starting(script_main, tmp_path):
     out = tmp_path / "out"
     common = ["--device", "cpu", "--gpus", "1", "--steps", "2", "--nodes", "2000",
               "--out", out]
     cases = [(["--variants", "foo"], "--variants"), (["--batch-size", "0"], "--batch-size"),
              (["--steps", "0"], "--steps"), (["--gpus", "0"], "--gpus"),
              (["--fanouts", "0", "5", "5"], "fanouts"), (["--fanouts", "5", "5"], "fanouts")]
-    results = run_side_by_side([command("bench_minibatch", *common, *args)
-                                for args, _ in cases], tmp_path)
-    for (_, flag), result in zip(cases, results):
-        assert_error_line(result, 2, flag)
+    for args, flag in cases:
+        assert_error_line(script_main("bench_minibatch", *common, *args), 2, flag)
     assert not out.exists()
 
 
@@ -106,12 +138,13 @@ def test_bench_minibatch_worker_failure_ends_the_run(tmp_path):
 def test_bench_minibatch_sigterm_keeps_its_rows_and_stops_its_workers(tmp_path):
     """SIGTERM (a scheduler's) after the first variant: the rows measured so far are written,
     marked interrupted, the status is 143, and the worker is stopped with the parent, long
-    before the five variants it had left would end (the parent would wait for them)."""
+    before the seven runs it had left would end (the parent would wait for them)."""
     import json
     out = tmp_path / "out"
     proc = subprocess.Popen(command("bench_minibatch", "--device", "cpu", "--gpus", "1",
                                     "--nodes", "100000", "--degree", "8", "--batch-size",
-                                    "256", "--steps", "40", "--warmup", "1", "--out", out),
+                                    "256", "--steps", "6", "--warmup", "1", "--variants",
+                                    "maxk-k8", "relu", "maxk-k16", "maxk-k32", "--out", out),
                             cwd=REPO, env=script_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     workers = []
@@ -155,25 +188,22 @@ def _running(pid) -> bool:
     return state != "Z"
 
 
-def test_reproduce_bad_input_is_one_line(tmp_path):
+def test_reproduce_bad_input_is_one_line(script_main, tmp_path):
     out = ["--out", tmp_path / "out", "--device", "cpu"]
     cases = [(["--configs", "nope.yaml"], 2, ["nope.yaml"]),
-             (["--configs", "configs/quickstart.yaml", "--k", "0"], 2, ["--k"]),
-             (["--configs", "configs/quickstart.yaml", "--hidden", "0"], 2, ["--hidden"]),
-             (["--configs", "configs/quickstart.yaml", "--set", "foo=1"], 2, ["foo"]),
-             (["--configs", "configs/quickstart.yaml", "--k", "8", "128"], 2, ["128", "64"]),
-             (["--configs", "configs/cora_gcn.yaml"], 3, ["cora"])]
+             (["--configs", QUICKSTART, "--k", "0"], 2, ["--k"]),
+             (["--configs", QUICKSTART, "--hidden", "0"], 2, ["--hidden"]),
+             (["--configs", QUICKSTART, "--set", "foo=1"], 2, ["foo"]),
+             (["--configs", QUICKSTART, "--k", "8", "128"], 2, ["128", "64"]),
+             (["--configs", CORA], 3, ["cora"])]
     a_file = tmp_path / "a_file"
     a_file.write_text("")
-    cases += [(["--configs", "configs/quickstart.yaml", "--out", a_file], 2,
+    cases += [(["--configs", QUICKSTART, "--out", a_file], 2,
                ["--out", "is a file, not a directory"]),
               # the missing data of the second config stops the run before the first one
-              (["--configs", "configs/quickstart.yaml", "configs/cora_gcn.yaml", "--out",
-                tmp_path / "two"], 3, ["cora"])]
-    results = run_side_by_side([command("reproduce", *out, *args) for args, _, _ in cases],
-                               tmp_path)
-    for (_, status, words), result in zip(cases, results):
-        assert_error_line(result, status, *words)
+              (["--configs", QUICKSTART, CORA, "--out", tmp_path / "two"], 3, ["cora"])]
+    for args, status, words in cases:
+        assert_error_line(script_main("reproduce", *out, *args), status, *words)
     assert not (tmp_path / "two").exists()
 
 
@@ -215,27 +245,23 @@ def test_reproduce_ctrl_c_stops_the_run_resumably(tmp_path):
     assert "Traceback" not in stderr and "--resume" in stderr, stderr[-2000:]
 
 
-def test_compare_dgl_bad_input_is_one_line(tmp_path):
+def test_compare_dgl_bad_input_is_one_line(script_main, tmp_path):
     common = ["--out", tmp_path / "out", "--device", "cpu"]
     cases = [(["--graphs", "nope"], 2, "--graphs"), (["--ks", "0"], 2, "--ks"),
              (["--models", "foo"], 2, "--models"), (["--epochs", "0"], 2, "--epochs"),
              (["--dropout", "2"], 2, "argument --dropout: config key 'model.dropout'"),
              (["--ks", "64", "--hidden", "32"], 2, "argument --ks / --hidden: config key"),
              (["--graphs", "cora"], 3, "cora")]
-    results = run_side_by_side([command("compare_dgl", *common, *args)
-                                for args, _, _ in cases], tmp_path)
-    for (_, status, word), result in zip(cases, results):
-        assert_error_line(result, status, word)
+    for args, status, word in cases:
+        assert_error_line(script_main("compare_dgl", *common, *args), status, word)
 
 
-def test_bench_kernels_bad_input_is_one_line(tmp_path):
+def test_bench_kernels_bad_input_is_one_line(script_main):
     cases = [(["--device", "foo"], "--device"), (["--ks", "0"], "--ks"),
              (["--ks", "8,300"], "--d 256"), (["--reps", "0"], "--reps"),
              (["--graphs", "nope"], "'nope'"), (["--graphs", "10:x"], "'10:x'")]
-    results = run_side_by_side([command("bench_kernels", "--device", "cpu", *args)
-                                for args, _ in cases], tmp_path)
-    for (_, word), result in zip(cases, results):
-        assert_error_line(result, 2, word)
+    for args, word in cases:
+        assert_error_line(script_main("bench_kernels", "--device", "cpu", *args), 2, word)
 
 
 def test_bench_kernels_sigterm_keeps_what_it_measured(tmp_path):
@@ -271,6 +297,7 @@ def test_bench_kernels_sigterm_keeps_what_it_measured(tmp_path):
     assert all(set(first["k"][k]) >= {"fwd_ms", "bwd_ms", "fwd_of_floor"} for k in first["k"])
 
 
+@functools.cache
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
@@ -280,14 +307,13 @@ def load_script(name: str):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="these are the answers without a GPU")
-def test_without_gpu_the_scripts_say_what_to_run(tmp_path):
+def test_without_gpu_the_scripts_say_what_to_run(script_main, tmp_path):
     out = tmp_path / "out"
-    bench_minibatch, reproduce, compare_dgl, bench_kernels = run_side_by_side([
-        command("bench_minibatch", "--gpus", "1", "--out", out),
-        command("reproduce", "--configs", "configs/quickstart.yaml", "--device", "cuda",
-                "--out", out),
-        command("compare_dgl", "--device", "cuda", "--out", out),
-        command("bench_kernels")], tmp_path)
+    bench_minibatch = script_main("bench_minibatch", "--gpus", "1", "--out", out)
+    reproduce = script_main("reproduce", "--configs", QUICKSTART, "--device", "cuda",
+                            "--out", out)
+    compare_dgl = script_main("compare_dgl", "--device", "cuda", "--out", out)
+    bench_kernels = script_main("bench_kernels")
     assert_error_line(bench_minibatch, 2, "no CUDA GPU", "--device cpu")
     assert_error_line(reproduce, 2, "--device")
     assert_error_line(compare_dgl, 2, "--device")
@@ -321,14 +347,13 @@ def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
     assert scaling == ["1.00x", "2.50x", "1.00x"]
 
 
-def test_compare_dgl_records_what_a_paper_needs(tmp_path):
+def test_compare_dgl_records_what_a_paper_needs(script_main, tmp_path):
     """Each arm's epoch range beside its median and the epochs it timed (stock DGL's: a
     third, after one warm-up), and the machine: host, commit, CPU model."""
     import json
-    result = run_side_by_side([command("compare_dgl", "--graphs", "small", "--models", "sage",
-                                       "--ks", "8", "--epochs", "3", "--warmup", "0",
-                                       "--device", "cpu", "--out", tmp_path / "cmp")],
-                              tmp_path)[0]
+    result = script_main("compare_dgl", "--graphs", "small", "--models", "sage", "--ks", "8",
+                         "--hidden", "16", "--epochs", "3", "--warmup", "0", "--device", "cpu",
+                         "--out", tmp_path / "cmp")
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     env = saved["environment"]
@@ -429,25 +454,24 @@ def test_compare_dgl_sigterm_while_writing_waits_for_the_files(tmp_path, monkeyp
     assert "compare.json" in capsys.readouterr().err
 
 
-def test_reproduce_again_continues_its_runs(tmp_path):
+def test_reproduce_again_continues_its_runs(script_main, tmp_path):
     """The same command again resumes each run of the same config (nothing retrained, the
     same results); another config is a new run."""
     import json
     out = tmp_path / "out"
-    base = ["--configs", "configs/quickstart.yaml", "--k", "8", "--seeds", "2", "--device",
-            "cpu", "--out", out, "--set", "train.epochs=3", "dataset.params.num_nodes=300"]
-    first, = run_side_by_side([command("reproduce", *base)], tmp_path, timeout=300)
+    base = ["--configs", QUICKSTART, "--k", "8", "--seeds", "2", "--device", "cpu", "--out",
+            out, "--set", "train.epochs=3", "dataset.params.num_nodes=300"]
+    first = script_main("reproduce", *base)
     assert first.returncode == 0, first.stderr[-2000:]
     before = json.loads((out / "results.json").read_text())["rows"]
-    again, = run_side_by_side([command("reproduce", *base)], tmp_path, timeout=300)
+    again = script_main("reproduce", *base)
     assert again.returncode == 0, again.stderr[-2000:]
     (run_dir,) = (out / "runs").iterdir()
     assert f"continuing {run_dir}" in again.stdout
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert [(r["variant"], r["mean"]) for r in rows] == [(r["variant"], r["mean"])
                                                           for r in before]
-    other, = run_side_by_side([command("reproduce", *base, "train.lr=0.02")], tmp_path,
-                              timeout=300)
+    other = script_main("reproduce", *base, "train.lr=0.02")
     assert other.returncode == 0 and "continuing" not in other.stdout
     assert len(list((out / "runs").iterdir())) == 2
 

@@ -58,3 +58,20 @@ def test_a_missing_file_is_one_error_line(report, tmp_path, capsys):
     assert report.main(["--check", "--benchmarks", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.splitlines()) == 1
+
+
+def test_every_figure_of_the_readme_results_is_on_the_benchmarks_page():
+    """The README's results tables quote BENCHMARKS.md (rendered from the JSON): each time,
+    throughput and ratio in their cells, the first column (the row's name) aside."""
+    import re
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Results"):readme.index("## Install")]
+    page = (REPO / "BENCHMARKS.md").read_text()
+    cells = [c.strip() for line in section.splitlines() if line.startswith("| ")
+             and not line.startswith("|---") for c in line.strip("|").split("|")[1:]]
+    figures = [f for c in cells for f in re.findall(r"\d[\d,]*(?:\.\d+)?x?", c)
+               if not re.fullmatch(r"k=\d+", c)]
+    figures = [f for f in figures if re.search(r"[.,x]", f)]  # times, seeds/s and ratios
+    assert len(figures) >= 20
+    missing = [f for f in figures if f not in page]
+    assert not missing, f"README figures not on BENCHMARKS.md: {missing}"

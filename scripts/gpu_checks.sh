@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the GPU machine runs for dgl_maxk's evidence, in phases that fit one device call each.
-#   [PRECISION=fp32|tf32|bf16] bash scripts/gpu_session.sh tests|kernels|compare|minibatch [OUT_DIR]
+#   [PRECISION=fp32|tf32|bf16] bash scripts/gpu_checks.sh tests|kernels|compare|minibatch [OUT_DIR]
 # Expects the wheels to install (torch, DGL, CuPy) in .whl/, carried to the machine.
 set -uo pipefail
 phase=${1:?phase: tests, kernels, compare or minibatch}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from .files import OGB_SPECS, PLANETOID, PLANETOID_PARTS
 from .formats import (Damaged, in_range, npy_shape, npz_array, npz_shapes, read_integers,
@@ -27,7 +28,6 @@ PLANETOID_VALIDATION = 500
 
 def _planetoid_parts(folder: Path, rel: dict) -> dict:
     """The seven pickles of a planetoid dataset, each of the type its name says."""
-    import scipy.sparse as sp
     parts = {part: read_pickle(folder, rel[part]) for part in PLANETOID_PARTS[:7]}
     for part in ("x", "tx", "allx"):
         require(sp.issparse(parts[part]) and parts[part].ndim == 2, rel[part],

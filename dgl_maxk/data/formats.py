@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from .._dgl import dgl
 
@@ -172,7 +173,6 @@ def table_stats(folder: Path, rel: str, dtype) -> tuple[int, int, float, float]:
     """(rows, columns, smallest, largest value) of a gzip CSV table of numbers (integers
     when ``dtype`` is int64), read in chunks: Damaged unless every row has the same number
     of fields, each a finite number of that type."""
-    import pandas as pd  # imported by OGB anyway; only a check of an OGB dataset needs it
     rows, cols, low, high = 0, 0, math.inf, -math.inf
     with reading(folder, rel) as path:
         for chunk in pd.read_csv(path, header=None, compression="gzip", dtype=dtype,
@@ -190,7 +190,6 @@ def table_stats(folder: Path, rel: str, dtype) -> tuple[int, int, float, float]:
 
 def table_column(folder: Path, rel: str) -> np.ndarray:
     """The integers of a gzip CSV table of one column."""
-    import pandas as pd
     with reading(folder, rel) as path:
         values = pd.read_csv(path, header=None, compression="gzip", dtype=np.int64).to_numpy()
     require(values.shape[1] == 1, rel, f"{values.shape[1]} columns, not 1")

@@ -202,8 +202,8 @@ def as_config(args) -> dict:
             "train": {"precision": args.precision}, "variants": variants}
 
 
-def parse_args(argv=None):
-    parser = Parser(description=__doc__.split("\n")[0])
+def add_graph_and_model_arguments(parser):
+    """The products-sized graph and the SAGE model's flags (profile_minibatch.py's too)."""
     parser.add_argument("--nodes", type=positive_int, default=2_449_029)
     parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
     parser.add_argument("--features", type=positive_int, default=100)
@@ -211,6 +211,11 @@ def parse_args(argv=None):
     parser.add_argument("--train-fraction", type=float, default=0.08)
     parser.add_argument("--hidden", type=positive_int, default=256)
     parser.add_argument("--layers", type=positive_int, default=3)
+
+
+def parse_args(argv=None):
+    parser = Parser(description=__doc__.split("\n")[0])
+    add_graph_and_model_arguments(parser)
     parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5],
                         help="one per layer, input layer first (-1: all neighbours)")
     parser.add_argument("--batch-size", type=positive_int, default=1024)

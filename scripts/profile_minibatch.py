@@ -31,7 +31,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_minibatch import GRAPH_SETTINGS, build_data, variant_k, variant_name  # noqa: E402
+from bench_minibatch import (GRAPH_SETTINGS, add_graph_and_model_arguments,  # noqa: E402
+                             build_data, variant_k, variant_name)
 from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk.cli import positive_int  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
@@ -224,13 +225,7 @@ def print_variant(name, phases, traces):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=positive_int, default=2_449_029)
-    parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
-    parser.add_argument("--features", type=positive_int, default=100)
-    parser.add_argument("--classes", type=int, default=47)
-    parser.add_argument("--train-fraction", type=float, default=0.08)
-    parser.add_argument("--hidden", type=positive_int, default=256)
-    parser.add_argument("--layers", type=positive_int, default=3)
+    add_graph_and_model_arguments(parser)
     parser.add_argument("--fanouts", type=positive_int, nargs="+", default=[15, 10, 5])
     parser.add_argument("--batch-size", type=positive_int, default=1024)
     parser.add_argument("--variants", type=variant_name, nargs="+",

@@ -23,21 +23,32 @@
 // at xv: one 32-bit word for half-precision values, an int32 pair for fp32 (load_entries).
 //
 // Run-time: k (CBSR entries per row), d (width). Compile-time constants (-D): those of
-//   edge_groups.cuh (P_T = ceil(k / (P_L * P_QV))), and P_BANKED (bank windows).
+//   edge_groups.cuh (P_T = ceil(k / (P_L * P_QV))), P_BANKED (bank windows), and P_PAD:
+//   each sub-group's buffer holds d + P_PAD floats (launch.py's spgemm_buffer_stride, the one
+//   place it is chosen; checked here).
 
 #ifndef P_BANKED
 #define P_BANKED 0
 #endif
+#ifndef P_PAD
+#define P_PAD 0
+#endif
 
 #include "edge_groups.cuh"
 
-// Floats from one private buffer to the next: the least stride >= d that is L more than a
+// Private buffers lie d + P_PAD floats apart: the least stride >= d that is L more than a
 // multiple of 32, so that sub-groups adding into the same column hit different banks (columns
 // that many rows keep, as trained layers' are, collided 4 ways at d apart: H200,
-// Reddit-sized, k = 8, 2.6 against 2.1 ms for uniform columns). launch.py mirrors it.
-__device__ __forceinline__ int buf_stride(int d) {
-    return P_S > 1 ? d + ((P_L - d) & 31) : d;
-}
+// Reddit-sized, k = 8, 2.6 against 2.1 ms for uniform columns). Bank windows give each
+// sub-group d + P_PAD = ceil(d / L) * L floats of ceil(d / L) rows of 32 banks. The padding
+// is checked here as far as it is known at compile time; the bank windows' fit to d, which
+// their memory safety rests on, at run time (the private buffers' bank spacing is a matter
+// of speed only: tests/test_ops.py checks the launch's).
+static_assert(P_PAD >= 0 && P_PAD < (P_BANKED ? P_L : 32), "P_PAD: less than a step");
+static_assert(!P_D4 || P_PAD % 4 == 0, "P_PAD: float4 rows stay 16-byte aligned");
+static_assert(P_S > 1 || P_PAD == 0, "P_PAD: none for one buffer");
+
+__device__ __forceinline__ int buf_stride(int d) { return d + P_PAD; }
 
 // Where column c of sub-group sub's buffer lives: banked, at (c / L) * 32 + sub * L + c % L.
 __device__ __forceinline__ int buf_slot(int c, int sub, int d) {
@@ -48,13 +59,7 @@ __device__ __forceinline__ int buf_slot(int c, int sub, int d) {
 #endif
 }
 
-__device__ __forceinline__ int buf_floats(int d) {
-#if P_BANKED
-    return ((d + P_L - 1) / P_L) * 32;
-#else
-    return P_S * buf_stride(d);
-#endif
-}
+__device__ __forceinline__ int buf_floats(int d) { return P_S * buf_stride(d); }
 
 // Sum the warp's S buffers into row yrow of Y: stored (single-group row) or added (multi).
 __device__ __forceinline__ void flush_row(const float* buf, float* yrow, int d, int lane,
@@ -112,6 +117,7 @@ cbsr_spgemm(EDGE_GROUP_ARGS, const float* __restrict__ edge_val,
             const float* __restrict__ row_scale, const val_t* __restrict__ xv,
             const idx_t* __restrict__ xi, float* __restrict__ y, long long num_groups, int k,
             int d) {
+    if (P_BANKED && buf_stride(d) % P_L) __trap();  // windows cut short: a launch bug
     const LanePlace p;
     float* buf = warp_smem(p.warp, buf_floats(d));
 

@@ -726,10 +726,13 @@ def test_misaligned_cbsr_rows_take_one_entry_loads():
     assert (forward["P_PACKED"], forward["P_QV"]) == (launch.ENTRIES_PAIRED, 2)
 
 
-def test_forward_private_buffers_start_in_distinct_banks():
-    """The forward's private buffers (one per sub-group) lie a stride apart that puts each
-    sub-group's column c in its own shared-memory bank, for every width: at least d floats,
-    L more than a multiple of 32, 16-byte aligned where rows are (CPU: the launch plans)."""
+def test_forward_buffer_stride_fits_the_kernels_layout():
+    """The buffer stride the launch hands the forward (d + ``P_PAD``) passes the kernel's
+    checks (cbsr_spgemm.cu's static_asserts and stride_fits) and fits its layout, for every
+    width: private buffers at least d floats and L more than a multiple of 32 apart, so that
+    each sub-group's column c has its own shared-memory bank, 16-byte aligned where rows
+    are; bank windows holding every column; the shared memory asked for is the warps'
+    buffers (CPU: the launch plans)."""
     from dgl_maxk.backends.cuda import launch
     for d in range(1, 600):
         for k in sorted({1, 4, 8, 16, 32, 64, d} & set(range(1, d + 1))):
@@ -737,15 +740,19 @@ def test_forward_private_buffers_start_in_distinct_banks():
             indices = torch.zeros(1, k, dtype=torch.uint8 if d <= 256 else torch.int16
                                   ).expand(3, k)
             defines, warps, smem, _ = launch.spgemm_config(k, d, values, indices)
-            lanes = defines["P_L"]
-            nbuf = 32 // lanes  # one buffer per sub-group
-            if defines["P_BANKED"] or nbuf == 1:
-                continue
-            stride = launch.spgemm_buffer_stride(d, lanes, nbuf)
-            assert stride >= d and (stride - lanes) % 32 == 0, (d, k)
-            assert len({(s * stride) % 32 for s in range(nbuf)}) == nbuf, (d, k)
-            assert d % 4 or stride % 4 == 0, (d, k)
-            assert smem == warps * nbuf * stride * 4, (d, k)
+            lanes, pad, banked = defines["P_L"], defines["P_PAD"], defines["P_BANKED"]
+            stride, subs = d + pad, 32 // lanes  # one buffer per sub-group
+            assert 0 <= pad < (lanes if banked else 32) and (d % 4 or pad % 4 == 0), (d, k)
+            assert smem == warps * subs * stride * 4, (d, k)
+            if banked:  # column c of sub-group s at (c / L) * 32 + s * L + c % L
+                assert stride % lanes == 0, (d, k)
+                last = ((d - 1) // lanes) * 32 + (subs - 1) * lanes + (d - 1) % lanes
+                assert last < subs * stride, (d, k)
+            elif subs == 1:
+                assert pad == 0, (d, k)
+            else:
+                assert (stride - lanes) % 32 == 0, (d, k)
+                assert len({(s * stride) % 32 for s in range(subs)}) == subs, (d, k)
 
 
 def _log_uniform_int(low, high):

@@ -197,10 +197,16 @@ def spgemm_lanes(k: int, d: int, aligned: bool):
     return lanes, qv
 
 
-def spgemm_buffer_stride(d: int, lanes: int, nbuf: int) -> int:
-    """cbsr_spgemm.cu's ``buf_stride``: private buffers lie the least stride >= d that is
-    ``lanes`` more than a multiple of 32 apart (each sub-group's column c in its own bank)."""
-    return d + ((lanes - d) & 31) if nbuf > 1 else d
+def spgemm_buffer_stride(d: int, lanes: int, banked: bool) -> int:
+    """Floats of the forward's shared-memory buffer per sub-group of ``lanes`` lanes, handed
+    to cbsr_spgemm.cu as ``P_PAD`` = stride - d (which it checks against its layout). With
+    bank windows ceil(d / L) * L (the sub-groups' windows interleave: ceil(d / L) rows of 32
+    banks in all); else the buffers lie one after the other, the least stride >= d that is
+    L more than a multiple of 32 apart (each sub-group's column c in its own bank; one
+    sub-group of 32 lanes: d)."""
+    if banked:
+        return -(-d // lanes) * lanes
+    return d + ((lanes - d) & 31) if lanes < 32 else d
 
 
 #: ``P_PACKED``: how the forward's launch hands it X's entries (kernels.py writes them).
@@ -234,7 +240,7 @@ def spgemm_entries(x_values) -> int:
 def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     """(defines, warps, shared bytes, persistent) of the forward SpGEMM (``edge_values``:
     whether the edges carry values, or count 1 each; ``P_PACKED``: how the entries are to
-    be handed, :func:`spgemm_entries`)."""
+    be handed, :func:`spgemm_entries`; ``P_PAD``: :func:`spgemm_buffer_stride` - d)."""
     def opt(key):
         return option("cbsr_spgemm", key)
     form = spgemm_entries(x_values)
@@ -250,13 +256,14 @@ def spgemm_config(k: int, d: int, x_values, x_indices, edge_values=None):
     # bank windows per sub-group pay where the top-k kernel's bank order applies
     cbsr_bytes = x_values.shape[0] * k * (x_values.element_size() + x_indices.element_size())
     banked = int(lanes < 32 and _bank_ordered(k, lanes, qv, cbsr_bytes))
-    buf_floats = -(-d // lanes) * 32 if banked else subs * spgemm_buffer_stride(d, lanes, subs)
-    warps = max(1, min(8, SMEM_DEFAULT // (buf_floats * 4)))
+    stride = spgemm_buffer_stride(d, lanes, banked)
+    warps = max(1, min(8, SMEM_DEFAULT // (subs * stride * 4)))
     defines = {"P_L": lanes, "P_T": t, "P_U": u, "P_QV": qv, "P_D4": int(d % 4 == 0),
-               "P_BANKED": banked, "P_MINB": int(opt("minb")), "WARPS": warps,
-               "VAL_KIND": value_kind(x_values.dtype), "IDX_BYTES": x_indices.element_size(),
+               "P_BANKED": banked, "P_PAD": stride - d, "P_MINB": int(opt("minb")),
+               "WARPS": warps, "VAL_KIND": value_kind(x_values.dtype),
+               "IDX_BYTES": x_indices.element_size(),
                "P_EDGE_VALUES": int(edge_values is not None), "P_PACKED": form}
-    return defines, warps, warps * buf_floats * 4, bool(opt("persist"))
+    return defines, warps, warps * subs * stride * 4, bool(opt("persist"))
 
 
 def _row_kernel_config(kernel: str, k: int, d: int, grad_y, qv: int):

@@ -18,7 +18,7 @@ from dgl_maxk._dgl import dgl
 from dgl_maxk.models import build_model
 from dgl_maxk.sampling import DeviceGraph, NeighborSampler
 from dgl_maxk.training import step as step_module
-from dgl_maxk.training.sampled_step import PaddedBatch, SampledStep
+from dgl_maxk.training.sampled_step import PaddedBatch, SampledStep, batch_sizes
 from conftest import ReadsOnTheHost, optimizer_state
 
 needs_kernels = pytest.mark.skipif(not backends.cuda.available(),
@@ -47,13 +47,23 @@ def _batch(graph, fanouts, batch_size, device="cpu", dtype=torch.float64, width=
     return blocks, x, y
 
 
-def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones():
+def _padded(fanouts, batch_size, n, blocks, x, y, sized):
+    """A PaddedBatch for the worst case, or sized for ``blocks`` (as SampledStep makes it)."""
+    seen = [(d, s, e, e) for d, s, e in batch_sizes(blocks)] if sized else None
+    return PaddedBatch(fanouts, batch_size, n, x, y, seen)
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones(sized):
     n = int(torch.randint(60, 400, ()))
     fanouts, batch_size = [int(f) for f in torch.randint(1, 7, (3,))], 16
     blocks, x, y = _batch(_graph(n), fanouts, batch_size)
-    batch = PaddedBatch(fanouts, batch_size, n, x, y)
+    batch = _padded(fanouts, batch_size, n, blocks, x, y, sized)
     assert batch.fits(blocks, x, y)
     for _ in range(2):  # a second batch over the first one's leftovers
+        if not batch.fits(blocks, x, y):  # larger than the one it was sized for
+            batch = batch.grown(blocks)
+            assert sized and batch.fits(blocks, x, y)
         batch.load(blocks, x, y)
         padded = batch.blocks()
         for layer, (real, pad) in enumerate(zip(blocks, padded)):
@@ -85,12 +95,13 @@ def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones():
 
 @pytest.mark.parametrize("model_name", ["sage", "gcn", "gin"])
 @pytest.mark.parametrize("k", [None, 3])
-def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_name, k):
+@pytest.mark.parametrize("sized", [False, True])
+def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_name, k, sized):
     n, fanouts, batch_size = int(torch.randint(80, 300, ())), [4, 3, 2], 12
     blocks, x, y = _batch(_graph(n), fanouts, batch_size)
     model = build_model(model_name, 6, 8, 3, 3, k=k or 4, dropout=0.0,
                         nonlinearity="relu" if k is None else "maxk").double()
-    batch = PaddedBatch(fanouts, batch_size, n, x, y)
+    batch = _padded(fanouts, batch_size, n, blocks, x, y, sized)
     batch.load(blocks, x, y)
 
     def run(graph, features):
@@ -103,6 +114,29 @@ def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_n
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
     for g, w in zip(grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-10)
+
+
+def test_sized_padding_fits_like_batches_in_far_less_room_and_grows_for_larger_ones():
+    """Sized by a batch, the fixed blocks hold batches like it (a few percent larger or with
+    fewer edges) in far less room than the worst case where sampled neighbourhoods
+    overlap; a batch with far more nodes does not fit, and the grown batch holds both."""
+    n, fanouts, batch_size = 3000, [5, 4, 3], 64
+    graph = _graph(n)
+    blocks, x, y = _batch(graph, fanouts, batch_size)
+    worst = _padded(fanouts, batch_size, 10 * n, blocks, x, y, sized=False)
+    sized = _padded(fanouts, batch_size, 10 * n, blocks, x, y, sized=True)
+    assert sum(sized.edge_cap) < sum(worst.edge_cap)
+    assert sized.src_cap[0] < 0.8 * worst.src_cap[0]
+    assert all(s <= w for s, w in zip(sized.dst_cap + sized.edge_cap,
+                                      worst.dst_cap + worst.edge_cap))
+    assert sum(sized.fits(*_batch(graph, fanouts, batch_size)) for _ in range(8)) >= 6
+    # a graph ten times larger: the neighbourhoods hardly overlap, so more source nodes
+    wide, xw, yw = _batch(_graph(10 * n), fanouts, batch_size)
+    assert wide[0].num_src_nodes() > 1.2 * blocks[0].num_src_nodes()
+    assert not sized.fits(wide, xw, yw)
+    grown = sized.grown(wide)
+    assert grown.fits(wide, xw, yw) and grown.fits(blocks, x, y)
+    assert grown.grown(blocks).dst_cap == grown.dst_cap  # nothing new seen: same sizes
 
 
 def test_fits_only_full_batches_of_the_samplers_blocks():

@@ -3,9 +3,11 @@
 A sampled step launches a few hundred kernels for blocks of a few thousand to a few hundred
 thousand nodes, so on a GPU the host's launches bound it, not the kernels (measured:
 docs/performance.md). Capture needs the same shapes at every replay, and every batch's
-blocks differ: each batch's blocks are copied into blocks of fixed sizes, the most nodes
-and edges that the fan-outs and the batch size allow, and one captured forward and backward
-is replayed over them.
+blocks differ: each batch's blocks are copied into blocks of fixed sizes and one captured
+forward and backward is replayed over them. The sizes are the first full batch's with some
+headroom (batches of one graph differ by a few percent); a batch that does not fit grows
+them (a new capture). Sizing for the most nodes and edges the fan-outs allow instead
+doubled every kernel's work on a products-sized graph, where sampled neighbourhoods overlap.
 
 Padding keeps each block a valid CSR within the sampler's degree bound, both ways. The
 real destination rows come first with their edges; padding rows after them take the
@@ -19,6 +21,7 @@ what they would unpadded, and the padding rows add nothing to the gradients.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -70,31 +73,71 @@ def _bounds(fanouts, batch_size, num_nodes):
 #: otherwise pad each batch to fan-out x rows (a fan-out of 10^6 and batches of 64: 1.3 GB).
 _MAX_PADDING = 4
 
+#: Headroom of a :class:`PaddedBatch` sized by real batches over the largest (and below the
+#: smallest edge count) seen: batches of one graph and fan-outs vary by a few percent.
+_MARGIN = 1.15
+
 
 def _edge_caps(bounds, fanouts) -> list:
     """The edge slots per layer of a :class:`PaddedBatch` with these node bounds."""
     return [dst * f for (dst, _), f in zip(bounds, fanouts)]
 
 
+def batch_sizes(blocks) -> list:
+    """Per layer of a batch: (destination rows, source rows, edges), input layer first."""
+    return [(b.num_dst_nodes(), b.num_src_nodes(), b.num_edges()) for b in blocks]
+
+
+def _layout(fanouts, bounds, seen):
+    """Per layer (real rows, padding rows, edge slots) and the source rows of the input
+    layer, for the worst case (``seen`` None) or for batches like the ``seen`` ones (per
+    layer: most destination rows, most source rows, fewest and most edges), with
+    :data:`_MARGIN` headroom and never above the worst case.
+
+    The padding rows take the edge slots the real rows leave, at most a fan-out each, and
+    are the sources of the padding edges, so they hold the most slots a fitting batch can
+    leave: (slots - fewest edges) / fan-out."""
+    real, window, slots = [], [], []
+    for (dst_bound, _), f, layer in zip(bounds, fanouts, seen or [None] * len(fanouts)):
+        if layer is None:
+            real.append(dst_bound), slots.append(dst_bound * f), window.append(dst_bound)
+            continue
+        most_dst, _, fewest, most = layer
+        cap = min(dst_bound * f, math.ceil(most * _MARGIN))
+        slots.append(cap)
+        real.append(min(dst_bound, math.ceil(most_dst * _MARGIN)))
+        window.append(min(dst_bound, math.ceil((cap - int(fewest / _MARGIN)) / f)))
+    for layer in range(len(window) - 2, -1, -1):  # a layer's padding rows are the next's
+        window[layer] = max(window[layer], window[layer + 1])  # padding sources
+    input_rows = bounds[0][1] if seen is None else min(
+        bounds[0][1], math.ceil(seen[0][1] * _MARGIN))
+    return real, window, slots, input_rows
+
+
 class PaddedBatch:
     """Fixed-size copies of a device sampler's batch: blocks, input features and labels.
 
-    Layer l holds ``dst_cap[l]`` destination rows (twice the most a batch can have: the
-    other half holds padding edges), ``edge_cap[l]`` edges and ``src_cap[l]`` source rows
-    (padding edges come from the ``dst_bound[l]`` right after the real ones); the features
-    have ``src_cap[0]`` rows and the labels ``batch_size``. :meth:`fits` says whether a
-    batch can be copied in, :meth:`load` copies it (a few small kernels per layer, no host
-    synchronisation), :meth:`blocks` makes the blocks over the fixed tensors (inside a
-    capture, so that their plans are rebuilt at every replay).
+    Layer l holds ``dst_cap[l]`` destination rows: up to ``dst_real[l]`` real ones, then
+    ``dst_bound[l]`` padding rows that hold the edge slots the real rows leave; ``edge_cap[l]``
+    edges; and ``src_cap[l]`` source rows (the padding edges come from the ``dst_bound[l]``
+    rows right after the real ones); the features have ``src_cap[0]`` rows and the labels
+    ``batch_size``. Without ``seen`` the sizes are the most the fan-outs and the batch size
+    allow; with ``seen`` (:func:`batch_sizes` of real batches, merged by :meth:`grown`)
+    they are those batches' sizes with headroom (:data:`_MARGIN`), far smaller where the
+    fan-outs overlap in the graph. :meth:`fits` says whether a batch can be copied in,
+    :meth:`load` copies it (a few small kernels per layer, no host synchronisation),
+    :meth:`blocks` makes the blocks over the fixed tensors (inside a capture, so that their
+    plans are rebuilt at every replay).
     """
 
-    def __init__(self, fanouts, batch_size, num_nodes, features, labels):
+    def __init__(self, fanouts, batch_size, num_nodes, features, labels, seen=None):
         self.fanouts, self.batch_size = list(fanouts), int(batch_size)
-        bounds = _bounds(self.fanouts, self.batch_size, int(num_nodes))
-        self.dst_bound = [dst for dst, _ in bounds]
-        self.dst_cap = [2 * dst for dst in self.dst_bound]
-        self.edge_cap = _edge_caps(bounds, self.fanouts)
-        self.src_cap = ([max(bounds[0][1] + self.dst_bound[0], self.dst_cap[0])]
+        self.num_nodes, self.seen = int(num_nodes), seen
+        bounds = _bounds(self.fanouts, self.batch_size, self.num_nodes)
+        self.dst_real, self.dst_bound, self.edge_cap, input_rows = _layout(
+            self.fanouts, bounds, seen)
+        self.dst_cap = [r + w for r, w in zip(self.dst_real, self.dst_bound)]
+        self.src_cap = ([max(input_rows + self.dst_bound[0], self.dst_cap[0])]
                         + self.dst_cap[:-1])
         device = features.device
         self.indptr = [torch.zeros(c + 1, dtype=torch.int64, device=device)
@@ -106,8 +149,8 @@ class PaddedBatch:
         # edges a source (distinct sources within a row where f <= dst_bound)
         self._slots = [torch.arange(1, c + 1, device=device) * f
                        for c, f in zip(self.dst_cap, self.fanouts)]
-        self._sources = [torch.arange(e, device=device) % dst
-                         for e, dst in zip(self.edge_cap, self.dst_bound)]
+        self._sources = [torch.arange(e, device=device) % w
+                         for e, w in zip(self.edge_cap, self.dst_bound)]
         self.features = torch.zeros((self.src_cap[0],) + features.shape[1:],
                                     dtype=features.dtype, device=device)
         self.labels = torch.zeros((self.batch_size,) + labels.shape[1:], dtype=labels.dtype,
@@ -115,15 +158,26 @@ class PaddedBatch:
         for layer in range(len(self.fanouts)):  # all padding until a batch is loaded
             self._load_layer(layer, self.indptr[layer][:1], self.indices[layer][:0], 0, 0)
 
+    def grown(self, blocks) -> "PaddedBatch":
+        """A batch sized for the batches this one was sized for and ``blocks``."""
+        sizes = batch_sizes(blocks)
+        seen = [(d, s, e, e) for d, s, e in sizes] if self.seen is None else [
+            (max(d, a), max(s, b), min(e, c), max(e, x))
+            for (d, s, e), (a, b, c, x) in zip(sizes, self.seen)]
+        return PaddedBatch(self.fanouts, self.batch_size, self.num_nodes, self.features,
+                           self.labels, seen)
+
     def fits(self, blocks, features, labels) -> bool:
         """Whether this batch can be copied in: a full batch of the device sampler's blocks
         with these fan-outs, and features and labels like the first batch's."""
         if len(blocks) != len(self.fanouts) or not all(
                 isinstance(b, SampledBlock) and b.device == self.features.device
-                and b.plan.max_in_degree == f and b.num_dst_nodes() <= dst
-                and b.num_src_nodes() <= src - dst and b.num_edges() <= edges
-                for b, f, dst, src, edges in zip(blocks, self.fanouts, self.dst_bound,
-                                                 self.src_cap, self.edge_cap)):
+                and b.plan.max_in_degree == f and b.num_dst_nodes() <= real
+                and b.num_src_nodes() <= src - window
+                and slots - window * f <= b.num_edges() <= slots
+                for b, f, real, window, src, slots in zip(
+                    blocks, self.fanouts, self.dst_real, self.dst_bound, self.src_cap,
+                    self.edge_cap)):
             return False
         return (blocks[-1].num_dst_nodes() == self.batch_size
                 and _like(features, self.features, blocks[0].num_src_nodes())
@@ -238,11 +292,14 @@ class SampledStep:
         return self._probe_and_capture()
 
     def _fits(self, blocks, features, labels) -> bool:
+        """Whether this batch runs over :attr:`batch`, made at the first full batch and
+        sized for it, and grown (the capture dropped) for a full batch that does not fit."""
+        fanouts, batch_size, _ = self.sizes
+        full = (len(blocks) == len(fanouts) and all(isinstance(b, SampledBlock)
+                                                    for b in blocks)
+                and blocks[-1].num_dst_nodes() == batch_size)
         if self.batch is None:
-            fanouts, batch_size, _ = self.sizes
-            if not (len(blocks) == len(fanouts) and all(isinstance(b, SampledBlock)
-                                                        for b in blocks)
-                    and blocks[-1].num_dst_nodes() == batch_size):
+            if not full:
                 return False  # not a full batch of the device sampler: nothing to allocate
             padded = sum(_edge_caps(_bounds(*self.sizes), fanouts))
             if padded > _MAX_PADDING * sum(b.num_edges() for b in blocks):
@@ -252,12 +309,21 @@ class SampledStep:
                               f"{_MAX_PADDING}x their edges, so the steps run eagerly",
                               RuntimeWarning, stacklevel=3)
                 return False
-            batch = PaddedBatch(*self.sizes, features, labels)
+            seen = [(d, s, e, e) for d, s, e in batch_sizes(blocks)]
+            batch = PaddedBatch(*self.sizes, features, labels, seen)
             if not batch.fits(blocks, features, labels):
                 self.graphed = False  # blocks of other fan-outs: no batch will fit
                 return False
             self.batch = batch
-        return self.batch.fits(blocks, features, labels)
+        if self.batch.fits(blocks, features, labels):
+            return True
+        if not full:
+            return False
+        grown = self.batch.grown(blocks)
+        if not grown.fits(blocks, features, labels):
+            return False  # other features or fan-outs: this batch runs eagerly
+        self.batch, self._replay, self._warm = grown, None, False
+        return True
 
     def _bind_grads(self):
         """Point each trained parameter's gradient at its slice of a flat buffer, which the

@@ -1,8 +1,10 @@
 """The MaxK operators: MaxK to CBSR, and aggregation of CBSR (or dense) features over a graph.
 
-Three thin layers per operator: an autograd ``Function`` that calls the backend chosen for the
-tensor (:func:`dgl_maxk.backends.for_tensor`: the CUDA kernels, or the pure-torch reference),
-and the documented function below that checks its inputs and calls the Function.
+Three thin layers per operator: the documented function below checks its inputs and calls
+the operator of :mod:`dgl_maxk.library` (a ``torch.library`` custom op, so ``torch.compile``
+captures it whole; eager calls take an autograd ``Function`` of the same pieces), which
+hands the tensors to the backend chosen for their device
+(:func:`dgl_maxk.backends.for_tensor`: the CUDA kernels, or the pure-torch reference).
 
 Aggregations return the dtype of the features they were given and accumulate in fp32 (fp64
 for fp64 features), outside autocast, so half-precision models stay in half precision as
@@ -14,25 +16,12 @@ import math
 
 import torch
 
-from . import backends
+from . import library
+from ._custom_ops import tracing
 from ._dgl import DGLError
-from .sparse import (CBSR, GraphPlan, check_features, check_k, check_nan_counters, graph_plan,
-                     index_dtype, nan_counters)
-
-
-class _MaxK(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, k, nan_counters):
-        values, indices = backends.for_tensor(h).maxk_cbsr(h, k, nan_counters)
-        ctx.save_for_backward(indices)
-        ctx.width = h.shape[1]
-        ctx.mark_non_differentiable(indices)
-        return values, indices
-
-    @staticmethod
-    def backward(ctx, grad_values, _grad_indices):
-        (indices,) = ctx.saved_tensors
-        return _dense_rows(grad_values, indices, ctx.width), None, None
+from .sparse import (CBSR, GraphPlan, check_features, check_k, check_nan_counters,
+                     checks_enabled, graph_plan, index_dtype)
+from .sparse.plan import check_norm
 
 
 def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
@@ -70,30 +59,14 @@ def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None, norm=None) -> CB
     d = h.shape[1]
     k = check_k(k, d)
     index_dtype(d)  # rejects widths CBSR cannot index
-    counters = nan_counters(h) if nan_name is not None else None
+    count = nan_name is not None and checks_enabled()  # counted as the top-k reads h
     if norm is None:
-        values, indices = _MaxK.apply(h, k, counters)
+        values, indices, counters = library.maxk_cbsr(h, k, count)
     else:
-        values, indices = _LayerNormMaxK.apply(h, *norm, k, counters)
-    check_nan_counters(nan_name, h.shape, counters)
+        values, indices, _, _, counters = library.layer_norm_maxk(h, *norm, k, count)
+    if count:
+        check_nan_counters(nan_name, h.shape, counters)
     return CBSR(values, indices, d, True)  # maxk's pattern is valid by construction
-
-
-class _LayerNormMaxK(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps, k, nan_counters):
-        values, indices, mean, rstd = backends.for_tensor(x).layer_norm_maxk(
-            x, weight, bias, eps, k, nan_counters)
-        ctx.save_for_backward(x, weight, bias, mean, rstd, indices)
-        ctx.mark_non_differentiable(indices)
-        return values, indices
-
-    @staticmethod
-    def backward(ctx, grad_values, _grad_indices):
-        x, weight, bias, mean, rstd, indices = ctx.saved_tensors
-        grads = backends.for_tensor(x).layer_norm_backward_cbsr(
-            grad_values, indices, x, mean, rstd, weight, bias, ctx.needs_input_grad[:3])
-        return (*grads, None, None, None)
 
 
 def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,
@@ -111,39 +84,10 @@ def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,
     return maxk_checked(x, k, name, norm=(weight, bias, eps))
 
 
-class _ToDense(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, values, indices, d):
-        ctx.save_for_backward(indices)
-        return backends.for_tensor(values).cbsr_to_dense(values, indices, d)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (indices,) = ctx.saved_tensors
-        return _pattern_entries(grad, indices), None, None
-
-
-def _dense_rows(values, indices, d):
-    """The dense rows of CBSR (values, indices) inside a backward: recorded for a second
-    derivative when the backward itself builds a graph (``create_graph=True``)."""
-    if torch.is_grad_enabled():
-        return _ToDense.apply(values, indices, d)
-    return backends.for_tensor(values).cbsr_to_dense(values, indices, d)
-
-
-def _pattern_entries(dense, indices):
-    """The entries of ``dense`` at a CBSR pattern inside a backward (the gradient of
-    :func:`_dense_rows`): torch's differentiable gather when the backward builds a graph,
-    else the backend's."""
-    if torch.is_grad_enabled():
-        return dense.gather(1, indices.long())
-    return backends.for_tensor(dense).cbsr_gather(dense, indices)
-
-
 def cbsr_to_dense(x: CBSR) -> torch.Tensor:
     """The N x d dense matrix of CBSR ``x`` (zeros off its pattern), differentiable with
     respect to ``x.values``; also ``x.to_dense()``."""
-    return _ToDense.apply(x.values, x.indices, x.d)
+    return library.cbsr_to_dense(x.values, x.indices, x.d)
 
 
 # the operators attach themselves to the type
@@ -151,40 +95,19 @@ CBSR.from_dense = staticmethod(maxk)
 CBSR.to_dense = cbsr_to_dense
 
 
-class _CBSRAddmm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, c, values, indices, d, weight, inplace):
-        ctx.save_for_backward(values, indices, weight)  # X as CBSR, not N x d
-        ctx.d = d
-        dense = backends.for_tensor(values).cbsr_to_dense(values, indices, d)
-        if inplace:  # out-of-place addmm copies c into its result first: one N x d pass
-            ctx.mark_dirty(c)
-            return c.addmm_(dense, weight.t())
-        return torch.addmm(c, dense, weight.t())
-
-    @staticmethod
-    def backward(ctx, grad):
-        values, indices, weight = ctx.saved_tensors
-        grad_values = grad_weight = None
-        if ctx.needs_input_grad[1]:
-            grad_values = _pattern_entries(grad @ weight, indices)
-        if ctx.needs_input_grad[4]:  # the dense rows again, for this one GEMM
-            dense = _dense_rows(values, indices, ctx.d)
-            grad_weight = grad.t() @ dense
-        return ((grad if ctx.needs_input_grad[0] else None), grad_values, None, None,
-                grad_weight, None)
-
-
 def cbsr_addmm(c: torch.Tensor, x: CBSR, weight: torch.Tensor, *,
                inplace: bool = False) -> torch.Tensor:
     """``c + x.to_dense() @ weight.T`` (a Linear on CBSR rows, added to ``c`` in the GEMM's
     epilogue) that keeps ``x`` for the backward as CBSR, not as N x d dense rows: the dense
     rows are made again (one pass) for the weight's gradient. ``inplace=True`` adds into
-    ``c`` and returns it (``c`` must not be needed elsewhere; it saves copying ``c``). Under
-    autocast: torch's out-of-place ``addmm`` on the dense rows."""
+    ``c`` and returns it (``c`` must not be needed elsewhere; it saves copying ``c``; under
+    ``torch.compile`` the compiler decides). Under autocast: torch's out-of-place ``addmm``
+    on the dense rows."""
     if _autocast_enabled(c.device.type):
         return torch.addmm(c, x.to_dense(), weight.t())
-    return _CBSRAddmm.apply(c, x.values, x.indices, x.d, weight, inplace)
+    if inplace and not tracing():
+        return library.CBSRAddmmInPlace.apply(c, x.values, x.indices, x.d, weight)
+    return library.cbsr_addmm(c, x.values, x.indices, x.d, weight)
 
 
 def _autocast_enabled(device_type: str) -> bool:
@@ -229,25 +152,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
     """``torch.nn.functional.linear`` whose bias gradient is a matrix-vector product (ones
     times the output's gradient) instead of torch's column sum, which reads tall rows at half
     the speed (H200, 233k x 256 fp32: 0.19 against 0.09 ms). 2-D input with a bias, outside
-    autocast; otherwise torch's own."""
-    if bias is None or x.dim() != 2 or _autocast_enabled(x.device.type):
+    autocast and ``torch.compile`` (which makes its own reduction, and cannot trace a
+    Function with a forward-mode rule); otherwise torch's own."""
+    if bias is None or x.dim() != 2 or _autocast_enabled(x.device.type) or tracing():
         return torch.nn.functional.linear(x, weight, bias)
     return _Linear.apply(x, weight, bias)
-
-
-class _LayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        y, mean, rstd = backends.for_tensor(x).layer_norm(x, weight, bias, eps)
-        ctx.save_for_backward(x, weight, bias, mean, rstd)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        x, weight, bias, mean, rstd = ctx.saved_tensors
-        grads = backends.for_tensor(x).layer_norm_backward(
-            grad_y.contiguous(), x, mean, rstd, weight, bias, ctx.needs_input_grad[:3])
-        return (*grads, None)
 
 
 def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None,
@@ -259,58 +168,7 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None,
     if (x.dim() != 2 or tuple(normalized_shape) != (x.shape[-1],) or weight is None
             or bias is None or _autocast_enabled(x.device.type)):  # torch's (or its error)
         return torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)
-    return _LayerNorm.apply(x, weight, bias, eps)
-
-
-class _CBSRSpGEMM(torch.autograd.Function):
-    """Y = A X with A's values either ``edge_values`` (one per edge) or, where they are
-    None, ``src_scale[c] * row_scale[r]`` (each None: 1): the source scale is applied to X's
-    values, the row scale by the kernels once per row."""
-
-    @staticmethod
-    def forward(ctx, plan, edge_values, src_scale, row_scale, x_values, x_indices, d):
-        ctx.plan = plan
-        ctx.save_for_backward(edge_values, src_scale, row_scale, x_values, x_indices)
-        values = x_values if src_scale is None else x_values * src_scale[:, None]
-        y = backends.for_tensor(x_values).cbsr_spgemm(plan, edge_values, values, x_indices, d,
-                                                      row_scale)
-        return y.to(x_values.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        edge_values, src_scale, row_scale, x_values, x_indices = ctx.saved_tensors
-        backend, grad_y = backends.for_tensor(grad_y), grad_y.contiguous()
-        grad_edges = grad_x = None
-        if ctx.needs_input_grad[1]:
-            grad_edges = backend.cbsr_sddmm(ctx.plan, grad_y, x_values, x_indices)
-            grad_edges = grad_edges.to(edge_values.dtype)
-        if ctx.needs_input_grad[4]:
-            if src_scale is not None:  # scaled before the cast: unscaled half sums overflow
-                grad_y = grad_y.to(torch.promote_types(grad_y.dtype, torch.float32))
-            grad_x = backend.cbsr_sspmm(ctx.plan, edge_values, grad_y, x_indices, row_scale)
-            if src_scale is not None:
-                grad_x = grad_x * src_scale[:, None]
-            grad_x = grad_x.to(x_values.dtype)
-        return None, grad_edges, None, None, grad_x, None, None
-
-
-class _SpMM(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, plan, edge_values, x):
-        ctx.plan = plan
-        ctx.save_for_backward(edge_values, x)
-        return backends.reference.spmm(plan, edge_values, x).to(x.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        edge_values, x = ctx.saved_tensors
-        grad_edges = grad_x = None
-        if ctx.needs_input_grad[1]:
-            grad_edges = backends.reference.sddmm(ctx.plan, grad_y, x).to(edge_values.dtype)
-        if ctx.needs_input_grad[2]:
-            grad_x = backends.reference.spmm_transposed(ctx.plan, edge_values, grad_y)
-            grad_x = grad_x.to(x.dtype)
-        return None, grad_edges, grad_x
+    return library.layer_norm(x, weight, bias, eps)[0]
 
 
 def check_edge_weight(edge_weight, num_edges: int, device):
@@ -333,8 +191,10 @@ def check_edge_weight(edge_weight, num_edges: int, device):
                        f"got shape {tuple(edge_weight.shape)}")
 
 
-def _checked_plan(graph, x, num_src, edge_weight):
-    """The plan of ``graph`` on ``x``'s device, checked against the features and weights."""
+def _checked_plan(graph, x, num_src, edge_weight, norm):
+    """The plan of ``graph`` on ``x``'s device, checked against the features, weights and
+    ``norm``."""
+    check_norm(norm)
     plan = graph if isinstance(graph, GraphPlan) else graph_plan(graph, x.device)
     if plan.device != x.device:
         raise DGLError(f"the graph plan is on {plan.device} but the features are on "
@@ -344,11 +204,6 @@ def _checked_plan(graph, x, num_src, edge_weight):
                          "source nodes")
     check_edge_weight(edge_weight, plan.num_edges, x.device)
     return plan
-
-
-def _scale_dtype(x):
-    """The dtype of A's values for features ``x``: float64 for float64, else fp32."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
@@ -377,14 +232,13 @@ def cbsr_spgemm(graph, x: CBSR, edge_weight=None, norm: str = "none", *,
     if not isinstance(x, CBSR):
         raise ValueError(f"cbsr_spgemm takes CBSR features, got {type(x).__name__}")
     check_features("CBSR values", x.values, nan=check_nan)
-    plan = _checked_plan(graph, x.values, x.shape[0], edge_weight)
-    dtype = _scale_dtype(x.values)
-    if edge_weight is None:  # A's values are node scales: no per-edge values to read
-        return _CBSRSpGEMM.apply(plan, None, plan.node_scale(norm, "src", dtype),
-                                 plan.node_scale(norm, "dst", dtype), x.values, x.indices,
-                                 x.d)
-    return _CBSRSpGEMM.apply(plan, plan.edge_values(norm, edge_weight, dtype), None, None,
-                             x.values, x.indices, x.d)
+    plan = _checked_plan(graph, x.values, x.shape[0], edge_weight, norm)
+    return library.cbsr_spgemm(plan.indptr, plan.indices, plan.num_src,
+                               _csr_weights(plan, edge_weight), norm, x.values, x.indices, x.d)
+
+
+def _csr_weights(plan, edge_weight):
+    return None if edge_weight is None else plan.csr_order(edge_weight)
 
 
 def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
@@ -398,10 +252,10 @@ def spmm(graph, x: torch.Tensor, edge_weight=None, norm: str = "none", *,
     check_features("features", x, nan=check_nan)
     if x.dim() == 0:
         raise ValueError("features must have one row per source node, got a 0-d tensor")
-    plan = _checked_plan(graph, x, x.shape[0], edge_weight)
-    edge_values = plan.edge_values(norm, edge_weight, _scale_dtype(x))
+    plan = _checked_plan(graph, x, x.shape[0], edge_weight, norm)
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))  # also for 0 rows
-    out = _SpMM.apply(plan, edge_values, flat)
+    out = library.spmm(plan.indptr, plan.indices, plan.num_src, _csr_weights(plan, edge_weight),
+                       norm, flat)
     return out.reshape((plan.num_dst,) + tuple(x.shape[1:]))
 
 

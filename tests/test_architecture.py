@@ -76,10 +76,10 @@ def test_no_import_cycle():
 
 #: The layers from the bottom up (docs/architecture.md): a module may import its own layer and the
 #: layers below it, never one above.
-LAYERS = [("dgl_maxk._dgl",), ("dgl_maxk.envinfo", "dgl_maxk.sparse"), ("dgl_maxk.backends",),
-          ("dgl_maxk.ops",), ("dgl_maxk.patch",), ("dgl_maxk.nn",), ("dgl_maxk.models",),
-          ("dgl_maxk.data", "dgl_maxk.sampling"), ("dgl_maxk.training",),
-          ("dgl_maxk.cli", "dgl_maxk.cli_start", "dgl_maxk.__main__")]
+LAYERS = [("dgl_maxk._dgl", "dgl_maxk._custom_ops"), ("dgl_maxk.envinfo", "dgl_maxk.sparse"),
+          ("dgl_maxk.backends",), ("dgl_maxk.library", "dgl_maxk.ops"), ("dgl_maxk.patch",),
+          ("dgl_maxk.nn",), ("dgl_maxk.models",), ("dgl_maxk.data", "dgl_maxk.sampling"),
+          ("dgl_maxk.training",), ("dgl_maxk.cli", "dgl_maxk.cli_start", "dgl_maxk.__main__")]
 
 
 def layer_of(name: str) -> int:

@@ -116,6 +116,7 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None), use_dst=Tr
             x = x.with_values(dropout(x.values)) if isinstance(x, CBSR) else dropout(x)
         return x
 
+    # the node counts come from the plan: torch.compile can read it, not DGL's C API
     if isinstance(feat, tuple):
         if len(feat) != 2:
             raise ValueError(f"a feature pair must have 2 tensors, got {len(feat)}")
@@ -124,19 +125,21 @@ def split_features(graph, feat, k, dropout=None, widths=(None, None), use_dst=Tr
             raise DGLError(f"source features on {src.device} but destination features on "
                            f"{feat[1].device}")
         dst = prepare("destination features", feat[1], widths[1], use_dst)
+        plan = graph_plan(graph, src.device)
     else:
         src = prepare("features", feat, widths[0])
-        dst = _slice_rows(src, graph.num_dst_nodes()) if graph.is_block else src
-    if _rows(src) != graph.num_src_nodes():
+        plan = graph_plan(graph, src.device)
+        dst = _slice_rows(src, plan.num_dst) if graph.is_block else src
+    if _rows(src) != plan.num_src:
         raise GraphInputError(f"source features have {_rows(src)} rows but the graph has "
-                              f"{graph.num_src_nodes()} source nodes")
-    if _rows(dst) != graph.num_dst_nodes():
+                              f"{plan.num_src} source nodes")
+    if _rows(dst) != plan.num_dst:
         raise GraphInputError(f"destination features have {_rows(dst)} rows but the graph "
-                              f"has {graph.num_dst_nodes()} destination nodes")
-    device = src.device
-    if dst.device != device:
-        raise DGLError(f"source features on {device} but destination features on {dst.device}")
-    return src, dst, graph_plan(graph, device)
+                              f"has {plan.num_dst} destination nodes")
+    if dst.device != src.device:
+        raise DGLError(f"source features on {src.device} but destination features on "
+                       f"{dst.device}")
+    return src, dst, plan
 
 
 def check_dgl_path(graph, feat, edge_weight, widths=(None, None)):

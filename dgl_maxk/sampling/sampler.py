@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import numbers
-import weakref
 
 import torch
 
@@ -66,7 +65,8 @@ class DeviceGraph:
     def of(cls, graph, device) -> "DeviceGraph":
         """:meth:`from_dgl`, built once per graph and device and cached on the graph (a
         structural change of the graph replaces DGL's graph index and the cached copy)."""
-        return cached_per_graph(_DEVICE_GRAPHS, graph, torch.device(device), cls.from_dgl)
+        return cached_per_graph("_dgl_maxk_device_graphs", graph, torch.device(device),
+                                cls.from_dgl)
 
     @classmethod
     def from_dgl(cls, graph, device) -> "DeviceGraph":
@@ -94,8 +94,6 @@ class DeviceGraph:
         return (f"DeviceGraph(num_nodes={self.num_nodes}, num_edges={self.indices.numel()}, "
                 f"device={self.device})")
 
-
-_DEVICE_GRAPHS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 #: What a list of fan-outs must be (the sampler's rule, also the config's).
 FANOUTS_RULE = "must be a non-empty list of positive integers (or -1 for all neighbours)"

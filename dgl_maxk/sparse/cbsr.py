@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import checks_enabled
+from .._custom_ops import operator, tracing
+from .checks import _ENABLED, checks_enabled
 
 MAX_WIDTH = 32768  # int16 indices
 
@@ -85,23 +86,12 @@ class CBSR:
     def _check_pattern(self):
         """Columns in [0, d) and distinct within each row (out-of-range columns would make
         the kernels read and write out of bounds; repeated ones would be summed by some
-        backends and overwritten by others). Skipped inside ``input_checks(False)``."""
-        i = self.indices
-        if not checks_enabled() or i.numel() == 0 or i.device.type == "meta":
-            return
-        cols = i.long()
-        bad = (cols < 0) | (cols >= self.d)
-        if bad.any():
-            r, j = bad.nonzero()[0].tolist()
-            raise ValueError(f"CBSR column {int(cols[r, j])} at index ({r}, {j}) is outside "
-                             f"[0, d = {self.d})")
-        if i.shape[1] > 1:
-            ordered = cols.sort(dim=1).values
-            repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
-            if repeated.any():
-                r = int(repeated.nonzero()[0])
-                raise ValueError(f"CBSR row {r} repeats a column: the k columns of a row "
-                                 "must be distinct")
+        backends and overwritten by others). Skipped inside ``input_checks(False)``; traced
+        as an op under ``torch.compile``, which reads the scope when it runs."""
+        if tracing():
+            _traced_check_pattern(self.indices, self.d)
+        elif checks_enabled():
+            check_pattern(self.indices, self.d)
 
     @property
     def k(self) -> int:
@@ -131,3 +121,34 @@ class CBSR:
         """Move or cast like ``Tensor.to``; a dtype applies to the values only."""
         values = self.values.to(*args, **kwargs)
         return CBSR(values, self.indices.to(values.device), self.d, self._pattern_checked)
+
+
+def check_pattern(indices: torch.Tensor, d: int) -> None:
+    """Raise a ValueError naming the first column of ``indices`` (N x k) outside [0, d), or
+    the first row that repeats a column (a host synchronisation)."""
+    if indices.numel() == 0 or indices.device.type == "meta":
+        return
+    cols = indices.long()
+    bad = (cols < 0) | (cols >= d)
+    if bad.any():
+        r, j = bad.nonzero()[0].tolist()
+        raise ValueError(f"CBSR column {int(cols[r, j])} at index ({r}, {j}) is outside "
+                         f"[0, d = {d})")
+    if indices.shape[1] > 1:
+        ordered = cols.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1)
+        if repeated.any():
+            r = int(repeated.nonzero()[0])
+            raise ValueError(f"CBSR row {r} repeats a column: the k columns of a row must be "
+                             "distinct")
+
+
+def _check_pattern_fake(indices, d):
+    return None
+
+
+@operator("check_cbsr_pattern", _check_pattern_fake, side_effect=True)
+def _traced_check_pattern(indices: torch.Tensor, d: int) -> None:
+    """:func:`check_pattern` inside compiled code, where the checks are on when it runs."""
+    if _ENABLED.get():
+        check_pattern(indices, d)

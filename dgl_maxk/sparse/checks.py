@@ -7,6 +7,11 @@ reads them all at once (one synchronisation) and raises the first problem, with 
 as the immediate check would have. ``with dgl_maxk.input_checks(False):`` turns content checks
 off. Both are context variables (the current thread or task only), not global switches.
 Shape, type and device checks always run.
+
+Under ``torch.compile`` the NaN checks are traced as scans and a ``dgl_maxk::check_nan`` op
+that reads these scopes when the compiled code runs: scopes around the compiled call apply
+as they do in eager mode, scopes entered inside the compiled code are not seen (dynamo cannot
+trace context variables), so the checks there follow the scope around the call.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ import math
 import numbers
 
 import torch
+
+from .._custom_ops import compiling, operator, tracing
 
 
 class NaNError(ValueError):
@@ -29,8 +36,9 @@ _PENDING = contextvars.ContextVar("dgl_maxk_pending_checks", default=None)
 
 
 def checks_enabled() -> bool:
-    """Whether content checks run here (see :func:`input_checks`)."""
-    return _ENABLED.get()
+    """Whether content checks run here (see :func:`input_checks`); True while
+    ``torch.compile`` traces (the traced checks read the scope when they run)."""
+    return compiling() or _ENABLED.get()
 
 
 @contextlib.contextmanager
@@ -40,6 +48,9 @@ def input_checks(enabled: bool):
     >>> with dgl_maxk.input_checks(False):   # inputs validated once already
     ...     loss = model(g, x).sum()
     """
+    if compiling():  # not seen by the compiled code (see the module's notes)
+        yield
+        return
     token = _ENABLED.set(bool(enabled))
     try:
         yield
@@ -66,6 +77,9 @@ def recorded_checks():
     reading them: :func:`raise_recorded_checks` reads them. The scans' tensors are made
     inside the block, so a CUDA graph captured in it refreshes them on every replay."""
     pending: list = []
+    if compiling():  # not seen by the compiled code (see the module's notes)
+        yield pending
+        return
     token = _PENDING.set(pending)
     try:
         yield pending
@@ -128,23 +142,38 @@ def _raise_if_nan(name, shape, count, first, from_end, finite=False):
         raise NaNError(_nan_message(name, count, [int(i) for i in where], finite))
 
 
-def nan_counters(x: torch.Tensor):
-    """Zeroed counters for an operator that finds the NaN of ``x`` while it reads it (see
-    ``backends.reference.maxk_cbsr``), or None where content checks are off. Pass them to
-    the operator, then to :func:`check_nan_counters`: the check costs no pass of its own."""
-    return torch.zeros(2, dtype=torch.int64, device=x.device) if checks_enabled() else None
-
-
 def check_nan_counters(name: str, shape, counters):
     """The NaN check of :func:`check_features` from an operator's ``counters`` (NaN count,
-    numel - first flat position): recorded inside :func:`deferred_checks`, else read now."""
-    if counters is None:
+    numel - first flat position: see ``backends.reference.maxk_cbsr``), which the operator
+    counted as it read its input (the check costs no pass of its own): recorded inside
+    :func:`deferred_checks`, else read now."""
+    if tracing():
+        _check_nan(counters, name, list(shape), True)
         return
     pending = _PENDING.get()
     if pending is not None:
         pending.append((name, tuple(shape), counters[0], counters[1], True, False))
         return
     _raise_if_nan(name, tuple(shape), *counters.tolist(), True)
+
+
+def _check_nan_fake(stats, name, shape, from_end):
+    return None
+
+
+@operator("check_nan", _check_nan_fake, side_effect=True)
+def _check_nan(stats: torch.Tensor, name: str, shape: list[int], from_end: bool) -> None:
+    """The traced NaN check: ``stats`` = (NaN count, first flat position, or numel minus it
+    with ``from_end``) of a tensor of ``shape``, read or recorded by the scopes in effect
+    when the compiled code runs."""
+    if not _ENABLED.get():
+        return
+    pending = _PENDING.get()
+    if pending is not None:  # a copy: compiled code may reuse the buffer
+        stats = stats.clone()
+        pending.append((name, tuple(shape), stats[0], stats[1], from_end))
+        return
+    _raise_if_nan(name, tuple(shape), *stats.tolist(), from_end)
 
 
 def check_k(k, width: int | None = None, width_name: str = "d") -> int:
@@ -171,6 +200,9 @@ def check_features(name: str, x, rows: int | None = None, nan: bool = True,
     if rows is not None and x.shape[0] != rows:
         raise ValueError(f"{name} has {x.shape[0]} rows but the graph has {rows} nodes there")
     if not (nan and checks_enabled()):
+        return
+    if tracing():
+        _check_nan(torch.stack(nan_scan(x)), name, list(x.shape), False)
         return
     pending = _PENDING.get()
     if pending is not None:

@@ -7,6 +7,10 @@ the features and each derived once. :func:`graph_plan` builds it once per graph
 and device and caches it on the graph; a structural change of the graph (``add_edges``,
 ``remove_nodes``, ...) replaces DGL's graph index and so invalidates the cached plan.
 
+The operators take a plan as its CSR tensors (``indptr``, ``indices``, ``num_src``: what a
+``torch.library`` custom op can take) and find the plan again with :meth:`GraphPlan.of`, so
+that what it derived and cached serves every call.
+
 A graph on the CPU with features on a GPU is the normal case with the DGL wheels of the
 package index (which have no CUDA); a graph on a GPU must have its features on that GPU.
 
@@ -25,11 +29,14 @@ import weakref
 
 import torch
 
+from .._custom_ops import compiling
 from .._dgl import DGLError, dgl
 
 NORMS = ("none", "left", "right", "both")
 
-_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# The live plans by id(indptr), for GraphPlan.of (a plan holds its indptr: the id is unique
+# while the entry exists).
+_BY_INDPTR: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 class GraphPlan:
@@ -70,6 +77,18 @@ class GraphPlan:
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
+        _BY_INDPTR[id(indptr)] = self
+
+    @staticmethod
+    def of(indptr, indices, num_src: int) -> "GraphPlan":
+        """The plan whose CSR is ``indptr`` and ``indices`` (these very tensors) over
+        ``num_src`` sources, with all it has cached, else a new plan of them. The operators'
+        results never depend on which: only the work of deriving the structures they need."""
+        plan = _BY_INDPTR.get(id(indptr))
+        if (plan is None or plan.indptr is not indptr or plan.indices is not indices
+                or plan.num_src != num_src):
+            plan = GraphPlan(indptr, indices, None, num_src, indptr.numel() - 1)
+        return plan
 
     @functools.cached_property
     @torch.inference_mode(False)
@@ -106,13 +125,15 @@ class GraphPlan:
         counts = torch.bincount(dst, minlength=graph.num_dst_nodes())
         indptr = torch.zeros(graph.num_dst_nodes() + 1, dtype=torch.int64, device=device)
         torch.cumsum(counts, 0, out=indptr[1:])
-        return GraphPlan(indptr, src[edge_ids], edge_ids, graph.num_src_nodes(),
+        plan = GraphPlan(indptr, src[edge_ids], edge_ids, graph.num_src_nodes(),
                          graph.num_dst_nodes(), rows_sorted=True)
+        plan.has_zero_in_degree()  # now, where a host sync is no graph break
+        return plan
 
     def node_scale(self, norm: str, side: str, dtype) -> torch.Tensor | None:
         """The factor a normalisation applies per source ('src') or destination ('dst') node
         (cached), or None where it applies none."""
-        _check_norm(norm)
+        check_norm(norm)
         if norm not in (("left", "both") if side == "src" else ("right", "both")):
             return None
         key = (norm, side, dtype)
@@ -132,21 +153,24 @@ class GraphPlan:
         of c), 'right' (1 / in-degree of r, i.e. the mean) or 'both' (both to the power -1/2).
         Differentiable with respect to ``edge_weight``. Cached when ``edge_weight`` is None.
         """
-        _check_norm(norm)
+        check_norm(norm)
         if edge_weight is None:
             key = (norm, dtype)
             if key not in self._edge_values:
                 with torch.inference_mode(False):
-                    self._edge_values[key] = self._scaled(None, norm, dtype)
+                    self._edge_values[key] = self.scaled(None, norm, dtype)
             return self._edge_values[key]
-        weights = edge_weight.to(self.device).reshape(-1)
-        if self.edge_ids is not None:
-            weights = weights[self.edge_ids]
-        return self._scaled(weights.to(dtype), norm, dtype)
+        return self.scaled(self.csr_order(edge_weight).to(dtype), norm, dtype)
 
-    def _scaled(self, values, norm, dtype):
-        """``values`` (None: all ones) times the source, then the destination node scales of
-        ``norm``, per CSR entry."""
+    def csr_order(self, edge_weight: torch.Tensor) -> torch.Tensor:
+        """``edge_weight`` (one value per DGL edge, ``num_edges`` elements) as one value per
+        CSR entry, on the plan's device; differentiable."""
+        weights = edge_weight.to(self.device).reshape(-1)
+        return weights if self.edge_ids is None else weights[self.edge_ids]
+
+    def scaled(self, values, norm: str, dtype) -> torch.Tensor:
+        """``values`` (one per CSR entry; None: all ones) times the source, then the
+        destination node scales of ``norm``, per CSR entry."""
         src = self.node_scale(norm, "src", dtype)
         dst = self.node_scale(norm, "dst", dtype)
         factors = [values] if values is not None else []
@@ -261,7 +285,8 @@ class GraphPlan:
         return (groups % n).to(torch.int32), start, end
 
 
-def _check_norm(norm: str) -> None:
+def check_norm(norm: str) -> None:
+    """Raise a ValueError unless ``norm`` is one of :data:`NORMS`."""
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
 
@@ -398,7 +423,10 @@ def check_graph(graph):
 
 
 def graph_plan(graph, device) -> GraphPlan:
-    """The cached :class:`GraphPlan` of ``graph`` on ``device`` (built on first use)."""
+    """The cached :class:`GraphPlan` of ``graph`` on ``device`` (built on first use).
+
+    A model compiled with ``torch.compile`` reads the cached plan (the graph's DGL calls
+    cannot be traced): build it first, by this call or by one eager call of the model."""
     check_graph(graph)
     device = torch.device(device)
     if isinstance(graph, SampledBlock):
@@ -406,21 +434,42 @@ def graph_plan(graph, device) -> GraphPlan:
             raise DGLError(f"the sampled block is on {graph.plan.device} but the features are "
                            f"on {device}")
         return graph.plan
+    return cached_per_graph("_dgl_maxk_plans", graph, device, _build_plan)
+
+
+def _build_plan(graph, device) -> GraphPlan:
+    if compiling():  # DGL's C API, next, breaks the graph anyway: say what avoids it
+        torch._dynamo.graph_break(
+            "building a graph's plan calls DGL's C API, which torch.compile cannot trace: for "
+            "one graph, build it first (dgl_maxk.graph_plan(graph, device), or one eager "
+            "call)")
     if graph.device.type != "cpu" and graph.device != device:
         raise DGLError(
             f"the graph is on {graph.device} but the features are on {device}; move one of "
             "them (a graph on the CPU may be used with features on any device)")
-    return cached_per_graph(_PLANS, graph, device, GraphPlan.from_graph)
+    return GraphPlan.from_graph(graph, device)
 
 
-def cached_per_graph(cache, graph, device, build):
-    """``build(graph, device)``, kept in ``cache`` (a WeakKeyDictionary) per DGL graph and
-    device until the graph's structure changes (``add_edges``, ... replace DGL's graph
-    index)."""
-    entry = cache.get(graph)
-    if entry is None or entry[0] is not graph._graph:
-        entry = (graph._graph, {})
-        cache[graph] = entry
-    if device not in entry[1]:
-        entry[1][device] = build(graph, device)
-    return entry[1][device]
+class _PerGraph:
+    """What :func:`cached_per_graph` keeps on a graph: one value per device, for the graph
+    index ``index``. A pickled or deep-copied graph takes an empty one (the values may sit
+    on a GPU and are rebuilt on demand)."""
+
+    def __init__(self, index):
+        self.index, self.values = index, {}
+
+    def __reduce__(self):
+        return _PerGraph, (None,)
+
+
+def cached_per_graph(attribute: str, graph, device, build):
+    """``build(graph, device)``, kept on ``graph`` (as ``attribute``) per device until the
+    graph's structure changes (``add_edges``, ... replace DGL's graph index). On the graph,
+    not in a table, so that ``torch.compile`` can read it and guard on it."""
+    cache = graph.__dict__.get(attribute)
+    if cache is None or cache.index is not graph._graph:
+        cache = _PerGraph(graph._graph)
+        setattr(graph, attribute, cache)
+    if device not in cache.values:
+        cache.values[device] = build(graph, device)
+    return cache.values[device]

@@ -1,9 +1,9 @@
 """The CUDA backend: CBSR kernels compiled at run time through CuPy.
 
 The functions below have the signatures and semantics of
-:mod:`dgl_maxk.backends.reference`; :mod:`dgl_maxk.ops` sends CUDA tensors here when
-:func:`available` is true. :mod:`.runtime` compiles and launches, :mod:`.launch` holds the
-launch table, :mod:`.kernels` declares the launches as ``torch.library`` custom ops.
+:mod:`dgl_maxk.backends.reference`; the operators of :mod:`dgl_maxk.library` send CUDA
+tensors here when :func:`available` is true. :mod:`.runtime` compiles and launches,
+:mod:`.launch` holds the launch table, :mod:`.kernels` makes the launches.
 
 Precision and determinism:
 

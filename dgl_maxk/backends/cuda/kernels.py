@@ -1,16 +1,10 @@
-"""The kernel launches, declared as ``torch.library`` custom ops.
-
-Each op (``dgl_maxk::maxk_cbsr``, ``dgl_maxk::cbsr_spgemm``, ``dgl_maxk::layer_norm`` ...:
-the backends' functions that launch kernels) launches kernels of ``kernels/`` and has a
-fake (meta) implementation, so ``torch.compile`` treats them as opaque
-calls of known output shape. Eager calls go straight to the launch: the dispatcher's Python
-path costs more than a launch (about 0.1 ms a call on an H200 host, measured on the sampled
-blocks of mini-batch training, where the step is bound by the host). On a torch without
-``torch.library.custom_op`` (before 2.4) they are plain functions.
+"""The kernel launches: each function allocates its outputs, picks the kernel's
+configuration (:mod:`.launch`) and launches it (:mod:`.runtime`). The operators of
+:mod:`dgl_maxk.library` reach them through the backend's functions in this package, inside
+their custom ops, so ``torch.compile`` never traces a launch.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import numpy as np
@@ -19,35 +13,6 @@ import torch
 from ...sparse.cbsr import index_dtype
 from . import launch as heuristics  # (runtime.launch is the launch itself)
 from .runtime import grid, i32, i64, kernel, launch, ptr
-
-#: The one version shim: custom ops where torch has them.
-HAS_CUSTOM_OP = hasattr(torch.library, "custom_op")
-
-
-def _custom_op(name: str, fake, mutates_args=()):
-    """Declare ``fn`` as the custom op ``dgl_maxk::<name>`` with ``fake`` as its meta
-    implementation, called as the op while ``torch.compile`` traces and directly otherwise
-    (or leave it a plain function on an older torch)."""
-    def declare(fn):
-        if not HAS_CUSTOM_OP:
-            return fn
-        op = torch.library.custom_op(f"dgl_maxk::{name}", mutates_args=mutates_args,
-                                     device_types="cuda")(fn)
-        op.register_fake(fake)
-
-        @functools.wraps(fn)
-        def call(*args):
-            return op(*args) if _traced() else fn(*args)
-        return call
-    return declare
-
-
-def _traced() -> bool:
-    """Whether a call must go through the op: under torch.compile / export, TorchScript
-    tracing (which records the op, not a raw launch it cannot see) or a dispatch mode
-    (FakeTensorMode, make_fx, FlopCounterMode: tensors without data to launch on)."""
-    return (torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None
-            or torch._C._len_torch_dispatch_stack() > 0)
 
 
 def _ptr_or_null(t: Optional[torch.Tensor]):
@@ -63,12 +28,6 @@ def _launch_over_groups(name: str, config, num_groups: int, device, args):
            smem, device)
 
 
-def _maxk_fake(h, k, nan_stats):
-    return (h.new_empty((h.shape[0], k)),
-            h.new_empty((h.shape[0], k), dtype=index_dtype(h.shape[1])))
-
-
-@_custom_op("maxk_cbsr", _maxk_fake, mutates_args=("nan_stats",))
 def maxk_cbsr(h: torch.Tensor, k: int,
               nan_stats: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     n, d = h.shape
@@ -84,12 +43,6 @@ def maxk_cbsr(h: torch.Tensor, k: int,
     return values, indices
 
 
-def _layer_norm_maxk_fake(x, weight, bias, eps, k, nan_stats):
-    n = x.shape[0]
-    return (*_maxk_fake(x, k, nan_stats), x.new_empty((n, 1)), x.new_empty((n, 1)))
-
-
-@_custom_op("layer_norm_maxk", _layer_norm_maxk_fake, mutates_args=("nan_stats",))
 def layer_norm_maxk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
                     k: int, nan_stats: Optional[torch.Tensor]
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -110,11 +63,6 @@ def layer_norm_maxk(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, e
     return values, indices, mean, rstd
 
 
-def _to_dense_fake(values, indices, d):
-    return values.new_empty((values.shape[0], d))
-
-
-@_custom_op("cbsr_to_dense", _to_dense_fake)
 def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.Tensor:
     n, k = values.shape
     out = torch.empty((n, d), dtype=values.dtype, device=values.device)
@@ -127,11 +75,6 @@ def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.
     return out
 
 
-def _gather_fake(dense, indices):
-    return dense.new_empty(indices.shape)
-
-
-@_custom_op("cbsr_gather", _gather_fake)
 def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     (n, d), k = dense.shape, indices.shape[1]
     out = torch.empty((n, k), dtype=dense.dtype, device=dense.device)
@@ -144,12 +87,6 @@ def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _layer_norm_fake(x, weight, bias, eps):
-    n = x.shape[0]
-    return x.new_empty(x.shape), x.new_empty((n, 1)), x.new_empty((n, 1))
-
-
-@_custom_op("layer_norm", _layer_norm_fake)
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n, d = x.shape
@@ -165,11 +102,6 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     return y, mean, rstd
 
 
-def _layer_norm_backward_fake(grad_y, x, mean, rstd, weight):
-    return x.new_empty(x.shape), x.new_empty((2, x.shape[1]))
-
-
-@_custom_op("layer_norm_backward", _layer_norm_backward_fake)
 def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, mean: torch.Tensor,
                         rstd: torch.Tensor,
                         weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,11 +109,6 @@ def layer_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, mean: torch.Tenso
     return _layer_norm_backward("layer_norm_backward", (ptr(grad_y),), x, mean, rstd, weight)
 
 
-def _layer_norm_backward_cbsr_fake(grad_values, grad_indices, x, mean, rstd, weight):
-    return x.new_empty(x.shape), x.new_empty((2, x.shape[1]))
-
-
-@_custom_op("layer_norm_backward_cbsr", _layer_norm_backward_cbsr_fake)
 def layer_norm_backward_cbsr(grad_values: torch.Tensor, grad_indices: torch.Tensor,
                              x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
                              weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,12 +140,6 @@ def _layer_norm_backward(func, dy_args, x, mean, rstd, weight, defines=None,
     return dx, parts.sum(1)
 
 
-def _spgemm_fake(group_row, group_start, col, edge_values, row_scale, x_values, x_indices,
-                 num_dst, d, multi_rows):
-    return x_values.new_empty((num_dst, d), dtype=torch.float32)
-
-
-@_custom_op("cbsr_spgemm", _spgemm_fake)
 def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
                 edge_values: Optional[torch.Tensor], row_scale: Optional[torch.Tensor],
                 x_values: torch.Tensor, x_indices: torch.Tensor, num_dst: int, d: int,
@@ -268,12 +189,6 @@ def _zero_rows(y: torch.Tensor, rows: torch.Tensor) -> None:
            (ptr(rows), ptr(y), i64(rows.numel()), i32(y.shape[1])), 0, y.device)
 
 
-def _sspmm_fake(group_row, group_start, group_end, col, edge_values, row_scale, grad_y,
-                x_indices):
-    return grad_y.new_empty((x_indices.shape[0], x_indices.shape[1]), dtype=torch.float32)
-
-
-@_custom_op("cbsr_sspmm", _sspmm_fake)
 def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, group_end: torch.Tensor,
                col: torch.Tensor, edge_values: Optional[torch.Tensor],
                row_scale: Optional[torch.Tensor], grad_y: torch.Tensor,
@@ -296,11 +211,6 @@ def cbsr_sspmm(group_row: torch.Tensor, group_start: torch.Tensor, group_end: to
     return dx
 
 
-def _sddmm_fake(group_row, group_start, col, grad_y, x_values, x_indices):
-    return grad_y.new_empty((col.shape[0],), dtype=torch.float32)
-
-
-@_custom_op("cbsr_sddmm", _sddmm_fake)
 def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,
                grad_y: torch.Tensor, x_values: torch.Tensor,
                x_indices: torch.Tensor) -> torch.Tensor:
@@ -317,11 +227,6 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     return out
 
 
-def _sample_fake(graph_indptr, dst, block_indptr, draws, num_edges, fanout):
-    return dst.new_empty((num_edges,), dtype=torch.int64)
-
-
-@_custom_op("sample_neighbors", _sample_fake)
 def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr: torch.Tensor,
                      draws: Optional[torch.Tensor], num_edges: int,
                      fanout: int) -> torch.Tensor:

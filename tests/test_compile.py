@@ -93,8 +93,9 @@ def aggregation_cases(device):
 
 
 def check_cases(device):
-    yield dgl_ops.check_nan, (torch.zeros(2, dtype=torch.int64, device=device), "x", [5, 3],
-                              True)
+    for from_end, finite in ((True, False), (False, True)):
+        yield dgl_ops.check_nan, (torch.zeros(2, dtype=torch.int64, device=device), "x",
+                                  [5, 3], from_end, finite)
     yield dgl_ops.check_cbsr_pattern, (random_cbsr(5, 8, 3, device)[1], 8)
 
 
@@ -212,6 +213,23 @@ def test_compiled_aggregation_checks_its_features_for_nan(device):
     with pytest.raises(NaNError, match=r"features contains 1 NaN value\(s\), the first at "
                                        r"index \(5, 1\)"):
         compiled(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_aggregation_refuses_infinite_edge_weights(device):
+    plan = random_plan(7, 6, device)
+    weight = torch.rand(plan.indices.numel(), device=device)
+    compiled = torch.compile(lambda x, w: ops.spmm(plan, x, w), fullgraph=True,
+                             backend="aot_eager")
+    x = torch.randn(6, 3, device=device)
+    torch.testing.assert_close(compiled(x, weight), ops.spmm(plan, x, weight))
+    weight[plan.indices.numel() - 1] = float("inf")
+    message = r"edge_weight contains 1 non-finite \(NaN or infinite\) value\(s\)"
+    with pytest.raises(NaNError, match=message):
+        compiled(x, weight)
+    with pytest.raises(NaNError, match=message):
+        with deferred_checks():
+            compiled(x, weight)
 
 
 def test_compiled_cbsr_checks_its_pattern():

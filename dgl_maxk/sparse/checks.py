@@ -148,7 +148,7 @@ def check_nan_counters(name: str, shape, counters):
     counted as it read its input (the check costs no pass of its own): recorded inside
     :func:`deferred_checks`, else read now."""
     if tracing():
-        _check_nan(counters, name, list(shape), True)
+        _check_nan(counters, name, list(shape), True, False)
         return
     pending = _PENDING.get()
     if pending is not None:
@@ -157,23 +157,24 @@ def check_nan_counters(name: str, shape, counters):
     _raise_if_nan(name, tuple(shape), *counters.tolist(), True)
 
 
-def _check_nan_fake(stats, name, shape, from_end):
+def _check_nan_fake(stats, name, shape, from_end, finite):
     return None
 
 
 @operator("check_nan", _check_nan_fake, side_effect=True)
-def _check_nan(stats: torch.Tensor, name: str, shape: list[int], from_end: bool) -> None:
+def _check_nan(stats: torch.Tensor, name: str, shape: list[int], from_end: bool,
+               finite: bool) -> None:
     """The traced NaN check: ``stats`` = (NaN count, first flat position, or numel minus it
-    with ``from_end``) of a tensor of ``shape``, read or recorded by the scopes in effect
-    when the compiled code runs."""
+    with ``from_end``) of a tensor of ``shape`` (``finite``: of its NaN and infinite
+    values), read or recorded by the scopes in effect when the compiled code runs."""
     if not _ENABLED.get():
         return
     pending = _PENDING.get()
     if pending is not None:  # a copy: compiled code may reuse the buffer
         stats = stats.clone()
-        pending.append((name, tuple(shape), stats[0], stats[1], from_end))
+        pending.append((name, tuple(shape), stats[0], stats[1], from_end, finite))
         return
-    _raise_if_nan(name, tuple(shape), *stats.tolist(), from_end)
+    _raise_if_nan(name, tuple(shape), *stats.tolist(), from_end, finite)
 
 
 def check_k(k, width: int | None = None, width_name: str = "d") -> int:
@@ -202,7 +203,7 @@ def check_features(name: str, x, rows: int | None = None, nan: bool = True,
     if not (nan and checks_enabled()):
         return
     if tracing():
-        _check_nan(torch.stack(nan_scan(x)), name, list(x.shape), False)
+        _check_nan(torch.stack(nan_scan(x, finite)), name, list(x.shape), False, finite)
         return
     pending = _PENDING.get()
     if pending is not None:

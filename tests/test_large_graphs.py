@@ -1,5 +1,5 @@
 """Graphs of ogbn-papers100M's size on one GPU, tested on the CPU at small sizes: 64-bit edge
-positions in the sampler."""
+positions in the sampler, feature rows from host memory."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ import torch
 
 from dgl_maxk._dgl import dgl
 from dgl_maxk.backends import reference
-from dgl_maxk.sampling import DeviceGraph, NeighborSampler
+from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr
 
@@ -50,7 +50,7 @@ def test_sampler_picks_edge_positions_past_2_to_31_in_int64():
 
 
 def test_the_cuda_kernels_hold_edge_positions_and_row_offsets_in_64_bits():
-    """The GPU side of the above, read from the kernel's source (no GPU here): every pointer
+    """The GPU side of the above, read from the kernels' source (no GPU here): every pointer
     and variable that holds an edge position, a row offset or a count is a long long."""
     kernels = REPO / "kernels"
     sample = (kernels / "sample_neighbors.cu").read_text()
@@ -61,10 +61,25 @@ def test_the_cuda_kernels_hold_edge_positions_and_row_offsets_in_64_bits():
                      "long long picked[MAX_FANOUT]", "long long top = ", "long long t = ",
                      "for (long long i = 0; i < degree; ++i)"):
         assert declared in sample, declared
-    assert not re.search(r"\bint\s+\w+\s*=\s*\w*(indptr|index)\[", sample)
+    gather = (kernels / "gather_rows.cu").read_text()
+    for declared in ("const long long* __restrict__ index", "long long n, long long row_words",
+                     "const long long i = (long long)blockIdx.x",
+                     "for (long long c = threadIdx.x & 31; c < row_words; c += 32)"):
+        assert declared in gather, declared
+    assert not re.search(r"\bint\s+\w+\s*=\s*\w*(indptr|index)\[", sample + gather)
 
 
 def test_device_graph_out_degrees_count_every_source_a_chunk_at_a_time(monkeypatch):
     monkeypatch.setattr(sampler_module, "_OUT_DEGREE_CHUNK", 64)
     g = dgl.rand_graph(100, 1000)
     assert torch.equal(DeviceGraph.from_dgl(g, "cpu").out_degrees, g.out_degrees())
+
+
+# --------------------------------------------------------------------------- features
+
+
+def test_gather_rows_is_index_select_on_the_index_device():
+    table = torch.randn(500, 7)
+    index = torch.randint(0, 500, (300,))
+    assert torch.equal(gather_rows(table, index), table[index])
+    assert torch.equal(gather_rows(table[:, 0].contiguous(), index), table[index, 0])

@@ -1,20 +1,29 @@
 """Graphs of ogbn-papers100M's size on one GPU, tested on the CPU at small sizes: 64-bit edge
-positions in the sampler, feature rows from host memory."""
+positions in the sampler, the chunked CSR builders, the papers100m-sized generator and the
+ogbn-papers100M files' loader (DeviceGraphs, no DGL graph), feature rows from host memory."""
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from dgl_maxk._dgl import dgl
 from dgl_maxk.backends import reference
+from dgl_maxk.data import DatasetError, DatasetNotFound, load_dataset, power_law_csr
+from dgl_maxk.data import device_graphs
+from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
+from dgl_maxk.data.papers import RULE_WIDTH, planted_labels
 from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr
 
 REPO = Path(__file__).resolve().parents[1]
+TINY = {"num_nodes": 1500, "num_edges": 12000, "num_features": 8, "num_classes": 5,
+        "num_train": 200, "num_valid": 60, "num_test": 90}
 
 
 def csr_of(degrees):
@@ -22,6 +31,12 @@ def csr_of(degrees):
     indptr = torch.zeros(degrees.numel() + 1, dtype=torch.int64)
     torch.cumsum(degrees, 0, out=indptr[1:])
     return indptr
+
+
+def sorted_pairs(graph: DeviceGraph) -> torch.Tensor:
+    """The graph's (destination, source) pairs as sorted keys (a multiset)."""
+    dst = torch.repeat_interleave(torch.arange(graph.num_nodes), graph.indptr.diff())
+    return torch.sort(dst * graph.num_nodes + graph.indices.long()).values
 
 
 # --------------------------------------------------------------------------- 2^31 edges
@@ -73,6 +88,158 @@ def test_device_graph_out_degrees_count_every_source_a_chunk_at_a_time(monkeypat
     monkeypatch.setattr(sampler_module, "_OUT_DEGREE_CHUNK", 64)
     g = dgl.rand_graph(100, 1000)
     assert torch.equal(DeviceGraph.from_dgl(g, "cpu").out_degrees, g.out_degrees())
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def test_power_law_csr_in_chunks_keeps_the_degrees_and_sorted_rows():
+    seed = int(torch.randint(0, 2 ** 31, ()))
+    indptr, indices = power_law_csr(3000, 40000, seed=seed)
+    ip, ix = power_law_csr(3000, 40000, seed=seed, index_dtype=torch.int32, chunk_edges=1500)
+    assert torch.equal(ip, indptr) and ix.dtype == torch.int32 and ix.numel() == 40000
+    assert int(ix.min()) >= 0 and int(ix.max()) < 3000
+    row = torch.repeat_interleave(torch.arange(3000), ip.diff())
+    later = torch.ones(40000, dtype=torch.bool)
+    later[ip[:-1][ip.diff() > 0]] = False  # each row's first entry
+    assert bool((ix[1:] >= ix[:-1])[later[1:]].all()) and torch.equal(row, row.sort().values)
+    again = power_law_csr(3000, 40000, seed=seed, index_dtype=torch.int32, chunk_edges=1500)
+    assert torch.equal(again[1], ix)
+
+
+@pytest.mark.parametrize("dedupe, self_loops", [(False, False), (True, False), (False, True),
+                                                (True, True)])
+def test_streamed_edges_make_the_in_edge_csr_and_its_canonical_rows(dedupe, self_loops,
+                                                                   monkeypatch):
+    n = 200
+    src = torch.randint(0, n, (3000,))
+    dst = torch.randint(0, n, (3000,))
+    src[:40], dst[:40] = dst[40:80], src[40:80]  # some pairs both ways
+    src[80:100] = dst[80:100]  # self-loops
+    graph = csr_from_edges(lambda: zip(src.split(37), dst.split(37)), n, "cpu")
+    order = torch.argsort(dst, stable=True)
+    assert graph.indices.dtype == torch.int32
+    assert torch.equal(graph.indptr, csr_of(torch.bincount(dst, minlength=n)))
+    assert torch.equal(graph.indices.long(), src[order])  # each row in stream order
+    monkeypatch.setattr(device_graphs, "CHUNK_EDGES", 64)  # many chunks of rows
+    out = canonical_rows(graph, dedupe, self_loops)
+    key = dst * n + src
+    if self_loops:
+        key = torch.cat([key[src != dst], torch.arange(n) * (n + 1)])
+    key = key.unique() if dedupe else key.sort().values
+    assert torch.equal(out.indptr, csr_of(torch.bincount(key // n, minlength=n)))
+    assert torch.equal(out.indices.long(), key % n)  # sorted within rows
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+def test_papers100m_sized_is_a_device_graph_with_papers_splits_and_a_seed():
+    seed = int(torch.randint(0, 2 ** 31, ()))
+    data = load_dataset("papers100m-sized", self_loops=False, device="cpu", seed=seed, **TINY)
+    graph = data.graph
+    assert isinstance(graph, DeviceGraph) and graph.num_edges == TINY["num_edges"]
+    assert graph.indices.dtype == torch.int32 and data.features.shape == (1500, 8)
+    masks = torch.stack([data.train_mask, data.val_mask, data.test_mask])
+    assert masks.sum(1).tolist() == [200, 60, 90] and int(masks.sum(0).max()) == 1
+    labelled = masks.any(0)
+    assert bool((data.labels[~labelled] == -1).all())
+    assert 0 <= int(data.labels[labelled].min()) and int(data.labels.max()) < 5
+    assert data.labels[labelled].unique().numel() > 1
+    again = load_dataset("papers100m-sized", self_loops=False, device="cpu", seed=seed, **TINY)
+    for a, b in ((graph.indices, again.graph.indices), (data.features, again.features),
+                 (data.labels, again.labels), (data.train_mask, again.train_mask)):
+        assert torch.equal(a, b)
+    other = load_dataset("papers100m-sized", self_loops=False, device="cpu", seed=seed + 1,
+                         **TINY)
+    assert not torch.equal(other.features, data.features)
+    looped = load_dataset("papers100m-sized", self_loops=True, device="cpu", seed=seed, **TINY)
+    assert torch.equal(sorted_pairs(looped.graph), sorted_pairs(canonical_rows(
+        graph, dedupe=False, self_loops=True)))
+
+
+def test_planted_labels_follow_the_rule_over_in_neighbours():
+    """argmax_c (z_v + mean of z_u over in-neighbours u) . V_c, V's columns unit vectors
+    drawn from the generator; here against DGL's mean aggregation."""
+    g = dgl.rand_graph(400, 3000)
+    g.add_nodes(10)  # without in-neighbours: their own z alone
+    graph = DeviceGraph.from_dgl(g, "cpu")
+    z = torch.randn(410, RULE_WIDTH)
+    nodes = torch.cat([torch.randperm(400)[:150], torch.arange(400, 410)])
+    seed = int(torch.randint(0, 2 ** 31, ()))
+    got = planted_labels(graph, z, nodes, 7, torch.Generator().manual_seed(seed))
+    classes = torch.randn(RULE_WIDTH, 7, generator=torch.Generator().manual_seed(seed),
+                          dtype=torch.float64)
+    classes /= classes.norm(dim=0, keepdim=True)
+    g.ndata["z"] = z.double()
+    g.update_all(dgl.function.copy_u("z", "m"), dgl.function.mean("m", "mean"))
+    want = ((z.double() + g.ndata["mean"]) @ classes).argmax(1)[nodes]
+    assert torch.equal(got, want)
+
+
+def write_papers_files(root: Path, src, dst, feat, label, splits, fortran=False):
+    """ogbn-papers100M's files in OGB's layout, tiny."""
+    folder = root / "ogbn_papers100M"
+    (folder / "raw").mkdir(parents=True)
+    (folder / "split" / "time").mkdir(parents=True)
+    edges = np.stack([src.numpy(), dst.numpy()])
+    np.savez_compressed(folder / "raw" / "data.npz",
+                        edge_index=np.asfortranarray(edges) if fortran else edges,
+                        node_feat=feat.numpy(), num_nodes_list=np.array([feat.shape[0]]),
+                        num_edges_list=np.array([src.numel()]))
+    np.savez_compressed(folder / "raw" / "node-label.npz", node_label=label.numpy()[:, None])
+    for name, index in splits.items():
+        with gzip.open(folder / "split" / "time" / f"{name}.csv.gz", "wt") as f:
+            f.write("".join(f"{i}\n" for i in index.tolist()))
+    return folder
+
+
+def papers_files(root, n=300, fortran=False):
+    src, dst = torch.randint(0, n, (2000,)), torch.randint(0, n, (2000,))
+    src[:50], dst[:50] = dst[50:100], src[50:100]  # citations both ways
+    feat = torch.randn(n, 6).to(torch.float16)  # converted to float32
+    label = torch.randint(0, 172, (n,)).double()
+    perm = torch.randperm(n)
+    splits = {"train": perm[:40], "valid": perm[40:60], "test": perm[60:90]}
+    label[perm[90:]] = float("nan")
+    write_papers_files(root, src, dst, feat, label, splits, fortran)
+    return src, dst, feat, label, splits
+
+
+@pytest.mark.parametrize("to_bidirected, self_loops, fortran", [
+    (True, False, False), (False, False, True), (True, True, False), (False, True, False)])
+def test_ogbn_papers100m_files_load_as_a_device_graph(to_bidirected, self_loops, fortran,
+                                                      tmp_path):
+    src, dst, feat, label, splits = papers_files(tmp_path, fortran=fortran)
+    data = load_dataset("ogbn-papers100M", root=tmp_path, self_loops=self_loops,
+                        device="cpu", to_bidirected=to_bidirected)
+    g = dgl.graph((src, dst), num_nodes=300)
+    if to_bidirected:
+        g = dgl.to_simple(dgl.to_bidirected(dgl.to_simple(g)))
+    if self_loops:
+        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+    assert isinstance(data.graph, DeviceGraph)
+    assert torch.equal(sorted_pairs(data.graph), sorted_pairs(DeviceGraph.from_dgl(g, "cpu")))
+    assert data.features.dtype == torch.float32 and torch.equal(data.features, feat.float())
+    assert torch.equal(data.labels, torch.where(label.isnan(), -1, label).long())
+    for mask, name in ((data.train_mask, "train"), (data.val_mask, "valid"),
+                       (data.test_mask, "test")):
+        assert torch.equal(mask.nonzero()[:, 0], splits[name].sort().values)
+    assert data.num_classes == 172 and data.evaluator == "ogbn-papers100M"
+
+
+def test_ogbn_papers100m_missing_or_damaged_files_say_which(tmp_path):
+    with pytest.raises(DatasetNotFound, match=r"papers100M-bin\.zip.*\n.*raw/data\.npz"):
+        load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
+    folder = tmp_path / "ogbn_papers100M"
+    papers_files(tmp_path)
+    (folder / "raw" / "data.npz").write_bytes(b"not a zip")
+    with pytest.raises(DatasetError, match=r"data\.npz cannot be read"):
+        load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
+    np.savez_compressed(folder / "raw" / "data.npz", edge_index=np.array([[0, 1], [2, 300]]),
+                        node_feat=np.zeros((300, 2), np.float32), num_nodes_list=np.array([300]))
+    with pytest.raises(DatasetError, match=r"node ids outside \[0, 300\)"):
+        load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
 
 
 # --------------------------------------------------------------------------- features

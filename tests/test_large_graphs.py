@@ -1,6 +1,7 @@
 """Graphs of ogbn-papers100M's size on one GPU, tested on the CPU at small sizes: 64-bit edge
 positions in the sampler, the chunked CSR builders, the papers100m-sized generator and the
-ogbn-papers100M files' loader (DeviceGraphs, no DGL graph), feature rows from host memory."""
+ogbn-papers100M files' loader (DeviceGraphs, no DGL graph), feature rows from host memory,
+and evaluation by layer-wise inference."""
 from __future__ import annotations
 
 import gzip
@@ -17,9 +18,11 @@ from dgl_maxk.data import DatasetError, DatasetNotFound, load_dataset, power_law
 from dgl_maxk.data import device_graphs
 from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
 from dgl_maxk.data.papers import RULE_WIDTH, planted_labels
+from dgl_maxk.models import build_model
 from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr
+from dgl_maxk.training.inference import layerwise_logits
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"num_nodes": 1500, "num_edges": 12000, "num_features": 8, "num_classes": 5,
@@ -250,3 +253,36 @@ def test_gather_rows_is_index_select_on_the_index_device():
     index = torch.randint(0, 500, (300,))
     assert torch.equal(gather_rows(table, index), table[index])
     assert torch.equal(gather_rows(table[:, 0].contiguous(), index), table[index, 0])
+
+
+# --------------------------------------------------------------------------- inference
+
+
+@pytest.mark.parametrize("nonlinearity", ["maxk", "relu"])
+@pytest.mark.parametrize("name", ["sage", "gcn", "gin"])
+def test_layerwise_inference_gives_the_whole_graph_forwards_logits(name, nonlinearity):
+    """In batches of a few destination nodes (many batches a layer), for nodes in any order
+    with repeats; isolated and zero-in-degree nodes included. GCN's 'both' norm scales the
+    sources by their degrees in the graph, not in the batch's block."""
+    g = dgl.rand_graph(300, 2400)
+    g.add_nodes(20)
+    x = torch.randn(320, 12)
+    model = build_model(name, 12, 16, 5, 3, k=4, nonlinearity=nonlinearity).eval()
+    with torch.no_grad():
+        want = model(g, x)
+    nodes = torch.cat([torch.randperm(320)[:150], torch.tensor([310, 3, 3])])
+    got = layerwise_logits(model, DeviceGraph.from_dgl(g, "cpu"), x, nodes, batch_edges=150,
+                           batch_nodes=40)
+    torch.testing.assert_close(got, want[nodes], rtol=1e-5, atol=1e-5)
+
+
+def test_layerwise_inference_refuses_training_mode_unknown_storage_and_foreign_nodes():
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(30, 90), "cpu")
+    model = build_model("sage", 4, 8, 3, 2, k=2)
+    with pytest.raises(ValueError, match=r"model\.eval\(\)"):
+        layerwise_logits(model, graph, torch.randn(30, 4), torch.arange(5))
+    with pytest.raises(ValueError, match="storage must be one of"):
+        layerwise_logits(model.eval(), graph, torch.randn(30, 4), torch.arange(5),
+                         storage="disk")
+    with pytest.raises(ValueError, match=r"node ids must be in \[0, 30\), got ids from 2 to 30"):
+        layerwise_logits(model, graph, torch.randn(30, 4), torch.tensor([2, 30]))

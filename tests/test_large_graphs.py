@@ -1,10 +1,11 @@
 """Graphs of ogbn-papers100M's size on one GPU, tested on the CPU at small sizes: 64-bit edge
 positions in the sampler, the chunked CSR builders, the papers100m-sized generator and the
-ogbn-papers100M files' loader (DeviceGraphs, no DGL graph), feature rows from host memory,
-and evaluation by layer-wise inference."""
+ogbn-papers100M files' loader (DeviceGraphs, no DGL graph), features in host memory,
+evaluation by layer-wise inference, and the trainer, config and benchmark that use them."""
 from __future__ import annotations
 
 import gzip
+import json
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import torch
 
 from dgl_maxk._dgl import dgl
 from dgl_maxk.backends import reference
+from dgl_maxk.cli import main as cli_main
 from dgl_maxk.data import DatasetError, DatasetNotFound, load_dataset, power_law_csr
 from dgl_maxk.data import device_graphs
 from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
@@ -22,11 +24,20 @@ from dgl_maxk.models import build_model
 from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr
+from dgl_maxk.training import ConfigError, validate_config
 from dgl_maxk.training.inference import layerwise_logits
+from dgl_maxk.training.seed import run_seed
+
+from conftest import small_config
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"num_nodes": 1500, "num_edges": 12000, "num_features": 8, "num_classes": 5,
         "num_train": 200, "num_valid": 60, "num_test": 90}
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return load_dataset("planted", num_nodes=300, num_features=12)
 
 
 def csr_of(degrees):
@@ -286,3 +297,56 @@ def test_layerwise_inference_refuses_training_mode_unknown_storage_and_foreign_n
                          storage="disk")
     with pytest.raises(ValueError, match=r"node ids must be in \[0, 30\), got ids from 2 to 30"):
         layerwise_logits(model, graph, torch.randn(30, 4), torch.tensor([2, 30]))
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_datasets_built_on_the_device_need_the_device_sampler_and_layerwise_inference():
+    base = {"name": "t", "mode": "minibatch",
+            "dataset": {"name": "papers100m-sized", "params": TINY},
+            "model": {"name": "sage", "hidden": 16, "layers": 2, "k": 4},
+            "sampling": {"fanouts": [4, 3]}}
+    validate_config(base)
+    for key, value in (("mode", "full"), ("sampler", "dgl"), ("inference", "graph")):
+        cfg = json.loads(json.dumps(base))
+        (cfg if key == "mode" else cfg["sampling"])[key] = value
+        with pytest.raises(ConfigError, match="papers100m-sized.*sampling.sampler: device"):
+            validate_config(cfg)
+    with pytest.raises(ConfigError, match="num_train.*exceeds num_nodes"):
+        validate_config({**base, "dataset": {"name": "papers100m-sized",
+                                             "params": {**TINY, "num_train": 1500}}})
+
+
+def test_the_trainer_evaluates_layer_by_layer_and_reads_host_features(planted, tmp_path):
+    """sampling.features: host and sampling.inference: layerwise train the same steps (the
+    same losses) and score what the whole-graph evaluation scores, but for rounding."""
+    cfg = small_config(**{"mode": "minibatch", "sampling.fanouts": [4, 3],
+                          "sampling.batch_size": 32, "train.epochs": 2})
+    whole = run_seed(cfg, planted, 0, "cpu", tmp_path / "graph", progress=False)
+    cfg = small_config(**{"mode": "minibatch", "sampling.fanouts": [4, 3],
+                          "sampling.batch_size": 32, "train.epochs": 2,
+                          "sampling.features": "host", "sampling.inference": "layerwise"})
+    layerwise = run_seed(cfg, planted, 0, "cpu", tmp_path / "layerwise", progress=False)
+    for a, b in zip(whole["history"], layerwise["history"]):
+        assert a["loss"] == b["loss"]
+        for split, count in (("train", planted.train_mask), ("val", planted.val_mask),
+                             ("test", planted.test_mask)):
+            assert abs(a[split] - b[split]) <= 1 / int(count.sum()) + 1e-12
+
+
+def test_the_papers100m_sized_config_trains_and_evaluates_through_the_cli(tmp_path):
+    """configs/papers100m_sized_minibatch.yaml at tiny sizes, features in host memory: two
+    epochs, evaluated layer by layer."""
+    sizes = [f"dataset.params.{key}={value}" for key, value in TINY.items()]
+    status = cli_main(["train", "--config", "configs/papers100m_sized_minibatch.yaml",
+                       "--device", "cpu", "--out", str(tmp_path), "--no-progress", "--set",
+                       *sizes, "model.hidden=16", "model.k=4", "sampling.batch_size=64",
+                       "sampling.features=host"])
+    assert status == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    res = json.loads((run_dir / "results.json").read_text())
+    assert res["complete"]
+    (seed,) = res["variants"]["maxk4"]["seeds"]
+    assert [h["epoch"] for h in seed["history"]] == [1, 2]
+    assert 0 <= seed["history"][-1]["test"] <= 1

@@ -4,8 +4,9 @@ Two samplers (``sampling.sampler``): ``device``, dgl_maxk's own (:mod:`dgl_maxk.
 samples on the training device from a CSR kept there, ahead of the step on a producer thread,
 and hands over blocks whose plans are built; ``dgl``, DGL's ``NeighborSampler`` and
 ``DataLoader``, samples on the CPU (the DGL wheels of the package index have no CUDA), and
-dgl_maxk's layers then plan each block on the device. The features, labels and model live on
-the training device. Under ``torchrun`` each process samples its share of the seed nodes.
+dgl_maxk's layers then plan each block on the device. The labels and model live on the
+training device, the features there too or (``sampling.features: host``) in pinned host
+memory. Under ``torchrun`` each process samples its share of the seed nodes.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from .._dgl import dgl
-from ..sampling import NeighborLoader, NeighborSampler
+from ..sampling import NeighborLoader, NeighborSampler, gather_rows
 from .distributed import rank, synchronize, world_size
 
 SAMPLERS = ("device", "dgl")
@@ -75,7 +76,8 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
     """One pass over ``loader`` (DGL's or dgl_maxk's), one call of ``step`` (a
     :class:`~dgl_maxk.training.sampled_step.SampledStep`) per batch.
 
-    ``features``/``labels`` are indexed by node id (on any device). Returns the mean loss, the
+    ``features``/``labels`` are indexed by node id (on any device; features in pinned host
+    memory are read by the GPU directly: :func:`~dgl_maxk.sampling.gather_rows`). Returns the mean loss, the
     seed count and the step count; with ``timed``, also the seconds spent waiting for the
     sampler, in feature/label gathering and copying, and in compute (which then
     synchronises with the GPU at each phase boundary).
@@ -92,7 +94,7 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
             except StopIteration:
                 break
             t1 = time.perf_counter()
-            x = features[input_nodes.to(features.device)].to(device, non_blocking=True)
+            x = gather_rows(features, input_nodes.to(device))
             y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
             if timed:
                 synchronize(device)

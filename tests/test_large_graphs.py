@@ -29,6 +29,7 @@ from dgl_maxk.training.inference import layerwise_logits
 from dgl_maxk.training.seed import run_seed
 
 from conftest import small_config
+from test_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"num_nodes": 1500, "num_edges": 12000, "num_features": 8, "num_classes": 5,
@@ -350,3 +351,18 @@ def test_the_papers100m_sized_config_trains_and_evaluates_through_the_cli(tmp_pa
     (seed,) = res["variants"]["maxk4"]["seeds"]
     assert [h["epoch"] for h in seed["history"]] == [1, 2]
     assert 0 <= seed["history"][-1]["test"] <= 1
+
+
+def test_bench_minibatch_papers100m_sized_has_papers_sizes_and_the_device_sampler(tmp_path,
+                                                                                capsys):
+    bench = load_script("bench_minibatch")
+    common = ["--graph", "papers100m-sized", "--device", "cpu", "--out", str(tmp_path / "o")]
+    args = bench.parse_args(common)
+    assert args.samplers == ["device"] and args.feature_memory == ["device"]
+    assert bench.dataset_params(args) == {
+        "num_nodes": 111_059_956, "num_edges": 1_615_685_872, "num_features": 128,
+        "num_classes": 172, "num_train": 1_207_179, "num_valid": 125_265, "num_test": 214_338,
+        "seed": 0}
+    with pytest.raises(SystemExit):
+        bench.parse_args(common + ["--samplers", "device", "dgl"])
+    assert "error: argument --samplers: the papers100m-sized graph" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from dgl_maxk.data import device_graphs
 from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
 from dgl_maxk.data.papers import RULE_WIDTH, planted_labels
 from dgl_maxk.models import build_model
-from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows
+from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows, pinned
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr
 from dgl_maxk.training import ConfigError, validate_config
@@ -270,14 +270,22 @@ def test_gather_rows_is_index_select_on_the_index_device():
 # --------------------------------------------------------------------------- inference
 
 
+def source_sorted_graph(num_nodes, num_edges, isolated=20):
+    """A random graph whose edges are ordered by destination, then source, with isolated
+    nodes: its DeviceGraph's rows then sum in the order of the whole graph's plan (the
+    layers' outputs are bit for bit alike, and MaxK keeps the same entries)."""
+    src, dst = dgl.rand_graph(num_nodes, num_edges).edges()
+    order = torch.argsort(dst * num_nodes + src)
+    return dgl.graph((src[order], dst[order]), num_nodes=num_nodes + isolated)
+
+
 @pytest.mark.parametrize("nonlinearity", ["maxk", "relu"])
 @pytest.mark.parametrize("name", ["sage", "gcn", "gin"])
 def test_layerwise_inference_gives_the_whole_graph_forwards_logits(name, nonlinearity):
     """In batches of a few destination nodes (many batches a layer), for nodes in any order
     with repeats; isolated and zero-in-degree nodes included. GCN's 'both' norm scales the
     sources by their degrees in the graph, not in the batch's block."""
-    g = dgl.rand_graph(300, 2400)
-    g.add_nodes(20)
+    g = source_sorted_graph(300, 2400)
     x = torch.randn(320, 12)
     model = build_model(name, 12, 16, 5, 3, k=4, nonlinearity=nonlinearity).eval()
     with torch.no_grad():
@@ -285,7 +293,7 @@ def test_layerwise_inference_gives_the_whole_graph_forwards_logits(name, nonline
     nodes = torch.cat([torch.randperm(320)[:150], torch.tensor([310, 3, 3])])
     got = layerwise_logits(model, DeviceGraph.from_dgl(g, "cpu"), x, nodes, batch_edges=150,
                            batch_nodes=40)
-    torch.testing.assert_close(got, want[nodes], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, want[nodes])
 
 
 def test_layerwise_inference_refuses_training_mode_unknown_storage_and_foreign_nodes():
@@ -366,3 +374,53 @@ def test_bench_minibatch_papers100m_sized_has_papers_sizes_and_the_device_sample
     with pytest.raises(SystemExit):
         bench.parse_args(common + ["--samplers", "device", "dgl"])
     assert "error: argument --samplers: the papers100m-sized graph" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@CUDA
+@pytest.mark.parametrize("storage", ["device", "host"])
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_layerwise_inference_on_the_gpu_from_either_memory(name, storage):
+    """Features and stored layers in GPU memory, or in pinned host memory read by the GPU
+    (gather_rows' kernel): the whole graph's logits."""
+    g = source_sorted_graph(3000, 30000)
+    x = torch.randn(3020, 12)
+    model = build_model(name, 12, 32, 5, 3, k=8).to("cuda").eval()
+    with torch.no_grad():
+        want = model(g, x.cuda())
+    nodes = torch.randperm(3020)[:500]
+    features = pinned(x) if storage == "host" else x.cuda()
+    got = layerwise_logits(model, DeviceGraph.from_dgl(g, "cuda"), features, nodes,
+                           batch_edges=4000, storage=storage)
+    torch.testing.assert_close(got, want[nodes.cuda()], rtol=1e-4, atol=1e-4)
+
+
+@CUDA
+def test_papers100m_sized_on_the_gpu_keeps_its_features_pinned_and_its_seed():
+    seed = int(torch.randint(0, 2 ** 31, ()))
+    data = load_dataset("papers100m-sized", self_loops=False, device="cuda", seed=seed, **TINY)
+    again = load_dataset("papers100m-sized", self_loops=False, device="cuda", seed=seed, **TINY)
+    assert data.graph.device.type == "cuda" and data.features.is_pinned()
+    for a, b in ((data.graph.indices, again.graph.indices), (data.features, again.features),
+                 (data.labels, again.labels), (data.test_mask, again.test_mask)):
+        assert torch.equal(a, b)
+    labelled = data.train_mask | data.val_mask | data.test_mask
+    assert bool((data.labels[~labelled] == -1).all()) and bool((data.labels[labelled] >= 0).all())
+
+
+@CUDA
+@pytest.mark.parametrize("features", ["device", "host"])
+def test_the_papers100m_sized_config_trains_and_evaluates_on_the_gpu(features, tmp_path):
+    sizes = [f"dataset.params.{key}={value}" for key, value in TINY.items()]
+    status = cli_main(["train", "--config", "configs/papers100m_sized_minibatch.yaml",
+                       "--device", "cuda", "--out", str(tmp_path), "--no-progress", "--set",
+                       *sizes, "sampling.batch_size=64", f"sampling.features={features}"])
+    assert status == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (seed,) = json.loads((run_dir / "results.json").read_text())["variants"]["maxk32"]["seeds"]
+    assert [h["epoch"] for h in seed["history"]] == [1, 2]
+    assert 0 <= seed["history"][-1]["test"] <= 1

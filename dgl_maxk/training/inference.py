@@ -86,8 +86,8 @@ class _Rows:
     """One layer's input for every node: a dense tensor or CBSR (values, indices), on the
     device or in pinned host memory."""
 
-    def __init__(self, parts, d):
-        self.parts, self.d = parts, d
+    def __init__(self, parts, d, device):
+        self.parts, self.d, self.device = parts, d, device
 
     def read(self, index):
         parts = [gather_rows(part, index) for part in self.parts]
@@ -97,7 +97,7 @@ class _Rows:
         """Wait, where the rows are pinned host memory, for the GPU's reads of them: torch's
         host allocator, which does not see those reads, may hand the memory out again."""
         if self.parts[0].is_pinned():
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
         self.parts = None
 
 
@@ -109,7 +109,7 @@ def _store(batches, n, device, storage, batch_edges) -> _Rows:
         parts = (rows.values, rows.indices) if isinstance(rows, CBSR) else (rows,)
         if out is None:
             out = _Rows(_allocate(parts, n, device, storage, batch_edges),
-                        rows.d if isinstance(rows, CBSR) else None)
+                        rows.d if isinstance(rows, CBSR) else None, device)
         for part, new in zip(out.parts, parts):
             part[r0:r1].copy_(new, non_blocking=True)
     return out

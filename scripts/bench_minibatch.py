@@ -4,10 +4,12 @@ On an ogbn-products-sized generated graph (2,449,029 nodes, ~123.7M edges, 100 f
 classes, 8% training seeds as in ogbn-products; ``--graph papers100m-sized``: the
 ``papers100m-sized`` dataset, 111,059,956 nodes, 1,615,685,872 edges, 128 features, 172
 classes, 1,207,179 training seeds, built on the GPU with no DGL graph, device sampler only),
-GraphSAGE 3 x 256 with fan-outs 15,10,5 and batches of 1024 seeds: for each variant and GPU count, the time of ``--steps`` training steps
-per process after warm-up, the throughput in seed nodes per second (all processes together),
-the epoch time it implies, and where the time goes (waiting for the sampler, feature gathering
-and copying, compute), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
+GraphSAGE 3 x 256 with fan-outs 15,10,5 and batches of 1024 seeds: for each variant and GPU
+count, the time of ``--steps`` training steps per process after warm-up, the throughput in
+seed nodes per second (all processes together), the epoch time it implies, and where the
+time goes (waiting for the sampler, feature gathering and copying, compute; the device
+sampler gathers each batch's feature rows itself, ahead of the step, so its wait holds what
+that gather did not hide), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
 The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.SAGEConv``
 with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
 of the package index). Processes are spawned, one per GPU, and joined through NCCL (the
@@ -210,7 +212,7 @@ def time_arm(args, world, device, graph, device_graph, feats, labels, train_idx,
         model = distributed.data_parallel(model, device)
     sampling = {"sampler": sampler, "fanouts": args.fanouts, "batch_size": args.batch_size,
                 "prefetch": args.prefetch}
-    loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
+    loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph, feats)
     stats = time_variant(model, loader, feats, labels, device, args, world, graphed)
     seeds = stats["seeds"]
     stats = distributed.all_reduce_mean(stats, device)

@@ -21,7 +21,8 @@ from dgl_maxk.data import device_graphs
 from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
 from dgl_maxk.data.papers import RULE_WIDTH, planted_labels
 from dgl_maxk.models import build_model
-from dgl_maxk.sampling import DeviceGraph, NeighborSampler, gather_rows, pinned
+from dgl_maxk.sampling import (DeviceGraph, NeighborLoader, NeighborSampler, gather_rows,
+                               pinned)
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr
 from dgl_maxk.training import ConfigError, validate_config
@@ -265,6 +266,19 @@ def test_gather_rows_is_index_select_on_the_index_device():
     index = torch.randint(0, 500, (300,))
     assert torch.equal(gather_rows(table, index), table[index])
     assert torch.equal(gather_rows(table[:, 0].contiguous(), index), table[index, 0])
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_loader_given_features_hands_each_batch_its_rows(prefetch):
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(400, 3000), "cpu")
+    features = torch.randn(400, 5)
+    plain = NeighborLoader(graph, torch.arange(150), NeighborSampler([4, 3]), 32, seed=3,
+                           prefetch=prefetch)
+    with_rows = NeighborLoader(graph, torch.arange(150), NeighborSampler([4, 3]), 32, seed=3,
+                               prefetch=prefetch, features=features)
+    for (nodes, seeds, _), (nodes_, seeds_, _, rows) in zip(plain, with_rows, strict=True):
+        assert torch.equal(nodes, nodes_) and torch.equal(seeds, seeds_)
+        assert torch.equal(rows, features[nodes])
 
 
 # --------------------------------------------------------------------------- inference

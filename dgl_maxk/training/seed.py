@@ -152,7 +152,7 @@ class _SeedRun:
                     sampling["batch_size"], self.dataset.num_nodes,
                     cuda_graph=self.graphed_batches, **common)
             loader = epoch_loader(self.graph, self.train_idx.cpu(), sampling, self.seed, epoch,
-                                  self.device_graph)
+                                  self.device_graph, self.features)
             stats = train_epoch(self.sampled_step, loader, self.features, self.labels,
                                 self.device)
             loss = all_reduce_mean({"loss": stats["loss"]}, self.device)["loss"]

@@ -1,7 +1,7 @@
 """Where a sampled training step's time goes, phase by phase, on the device sampler.
 
-Two passes per variant over the products-sized graph of ``bench_minibatch.py`` (the same
-generator, sizes and model):
+Two passes per variant over a graph of ``bench_minibatch.py`` (the same ``--graph``,
+generator, sizes and model; products-sized by default):
 
 - **phases**: the eager step taken apart, the GPU synchronised at every boundary: each
   hop's sampling (row pointers and edge count, the picks, unique and relabel, edge ids and
@@ -32,11 +32,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_minibatch import (GRAPH_SETTINGS, add_graph_and_model_arguments,  # noqa: E402
-                             build_data, variant_k, variant_name)
+                             build_data, graph_defaults, variant_k, variant_name)
 from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk.cli import positive_int  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
-from dgl_maxk.sampling import DeviceGraph  # noqa: E402
 from dgl_maxk.sampling import sampler as sampler_module  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS, autocast, precision_scope  # noqa: E402
 from dgl_maxk.training.sampled_step import SampledStep, resolve_cuda_graph  # noqa: E402
@@ -237,7 +236,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--precision", choices=PRECISIONS, default="tf32")
     parser.add_argument("--out", default="runs/profile")
-    args = parser.parse_args(argv)
+    args = graph_defaults(parser.parse_args(argv))
     if not torch.cuda.is_available():
         parser.error("no CUDA GPU: the profile times GPU kernels")
     return args
@@ -246,8 +245,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     device = torch.device("cuda")
-    graph_cpu, feats, labels, train_idx, classes = build_data(args)
-    graph = DeviceGraph.from_dgl(graph_cpu, device)
+    _, graph, feats, labels, train_idx = build_data(args, device)
     feats, labels = aligned_features(feats.to(device)), labels.to(device)
     train_idx = train_idx.to(device)
     results = []
@@ -255,7 +253,7 @@ def main(argv=None):
         for variant in args.variants:
             k = variant_k(variant)
             torch.manual_seed(args.seed)
-            model = build_model("sage", args.features, args.hidden, classes, args.layers,
+            model = build_model("sage", args.features, args.hidden, args.classes, args.layers,
                                 k=k or 32, dropout=0.5, padded_input=True,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
             phases = phase_pass(model, graph, train_idx, feats, labels, device, args)

@@ -58,11 +58,14 @@ class GraphPlan:
     rows_sorted : bool or None
         Whether each row lists its sources in ascending order, if known (None:
         :meth:`rows_sorted_by_source` checks, with one host sync)
+    out_degrees : Tensor (num_src,), int64, optional
+        Given, the sources' out-degrees (a block standing for its sources' rows of a larger
+        graph passes theirs there); else counted from the CSR on first use
     """
 
     @torch.inference_mode(False)
     def __init__(self, indptr, indices, edge_ids, num_src, num_dst, max_in_degree=None,
-                 rows_sorted=None):
+                 rows_sorted=None, out_degrees=None):
         self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
         self.num_src, self.num_dst = int(num_src), int(num_dst)
         self.num_edges = indices.numel()
@@ -77,6 +80,8 @@ class GraphPlan:
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
+        if out_degrees is not None:  # the cached property's value, never counted then
+            self.out_degrees = out_degrees
         _BY_INDPTR[id(indptr)] = self
 
     @staticmethod
@@ -326,6 +331,10 @@ class SampledBlock:
         The id in the sampled graph of each edge, in CSR order (DGL's
         ``block.edata[dgl.EID]``): ``weight[block.edge_ids]`` gives a sampled layer its edge
         weights
+    src_out_degrees : Tensor (num_src,), int64, optional
+        The source nodes' out-degrees in the sampled graph, which GraphConv's 'left' and
+        'both' norms then scale by (as on the whole graph: layer-wise inference); default:
+        their out-degrees in the block, as in DGL's blocks
 
     Example
     -------
@@ -341,12 +350,13 @@ class SampledBlock:
     is_block = True
 
     def __init__(self, indptr, indices, src_nodes, num_dst, max_in_degree=None,
-                 edge_ids=None):
+                 edge_ids=None, src_out_degrees=None):
         self.src_nodes = src_nodes
         self.edge_ids = edge_ids
         # rows in pick order: not sorted by source (no source slices, no host sync to check)
         self.plan = GraphPlan(indptr, indices, None, src_nodes.numel(), num_dst,
-                              max_in_degree=max_in_degree, rows_sorted=False)
+                              max_in_degree=max_in_degree, rows_sorted=False,
+                              out_degrees=src_out_degrees)
 
     @property
     def device(self):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from dgl_maxk import ops
 from dgl_maxk._dgl import dgl
 from dgl_maxk.backends import reference
 from dgl_maxk.cli import main as cli_main
@@ -24,7 +25,7 @@ from dgl_maxk.models import build_model
 from dgl_maxk.sampling import (DeviceGraph, NeighborLoader, NeighborSampler, gather_rows,
                                pinned)
 from dgl_maxk.sampling import sampler as sampler_module
-from dgl_maxk.sampling.sampler import block_indptr
+from dgl_maxk.sampling.sampler import block_indptr, sample_block
 from dgl_maxk.training import ConfigError, validate_config
 from dgl_maxk.training.inference import layerwise_logits
 from dgl_maxk.training.seed import run_seed
@@ -104,6 +105,27 @@ def test_device_graph_out_degrees_count_every_source_a_chunk_at_a_time(monkeypat
     monkeypatch.setattr(sampler_module, "_OUT_DEGREE_CHUNK", 64)
     g = dgl.rand_graph(100, 1000)
     assert torch.equal(DeviceGraph.from_dgl(g, "cpu").out_degrees, g.out_degrees())
+
+
+def test_a_block_scaled_by_its_sources_graph_degrees_keeps_its_own_transpose():
+    """GraphConv's 'both' norm on a block whose sources keep their out-degrees in the graph
+    (layer-wise inference's blocks) scales by those, forward and backward; the backward's
+    transposed CSR still counts the block's own edges."""
+    g = dgl.rand_graph(200, 1500)
+    graph = DeviceGraph.from_dgl(g, "cpu")
+    block = sample_block(graph, torch.randperm(200)[:40], 5, graph_degrees=True)
+    plan = block.plan
+    x = torch.randn(plan.num_src, 6, dtype=torch.float64, requires_grad=True)
+    y = ops.spmm(plan, x, norm="both")
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    rows, cols = plan.dst_of_edge, plan.indices
+    scale = (plan.in_degrees[rows].clamp(min=1)
+             * graph.out_degrees[block.src_nodes][cols].clamp(min=1)).double().rsqrt()
+    dense = torch.zeros(plan.num_dst, plan.num_src, dtype=torch.float64).index_put_(
+        (rows, cols), scale, accumulate=True)
+    torch.testing.assert_close(y, dense @ x.detach())
+    torch.testing.assert_close(x.grad, dense.T @ grad)
 
 
 # --------------------------------------------------------------------------- builders

@@ -58,14 +58,16 @@ class GraphPlan:
     rows_sorted : bool or None
         Whether each row lists its sources in ascending order, if known (None:
         :meth:`rows_sorted_by_source` checks, with one host sync)
-    out_degrees : Tensor (num_src,), int64, optional
-        Given, the sources' out-degrees (a block standing for its sources' rows of a larger
-        graph passes theirs there); else counted from the CSR on first use
+    norm_out_degrees : Tensor (num_src,), int64, or None
+        The sources' out-degrees that the 'left' and 'both' norms scale by where they are not
+        this CSR's (a block standing for its sources' rows of a larger graph holds theirs
+        there); None: :attr:`out_degrees`. The CSR's own out-degrees still build the
+        transpose.
     """
 
     @torch.inference_mode(False)
     def __init__(self, indptr, indices, edge_ids, num_src, num_dst, max_in_degree=None,
-                 rows_sorted=None, out_degrees=None):
+                 rows_sorted=None, norm_out_degrees=None):
         self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
         self.num_src, self.num_dst = int(num_src), int(num_dst)
         self.num_edges = indices.numel()
@@ -80,15 +82,16 @@ class GraphPlan:
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
-        if out_degrees is not None:  # the cached property's value, never counted then
-            self.out_degrees = out_degrees
+        self.norm_out_degrees = norm_out_degrees
         _BY_INDPTR[id(indptr)] = self
 
     @staticmethod
     def of(indptr, indices, num_src: int) -> "GraphPlan":
         """The plan whose CSR is ``indptr`` and ``indices`` (these very tensors) over
         ``num_src`` sources, with all it has cached, else a new plan of them. The operators'
-        results never depend on which: only the work of deriving the structures they need."""
+        results never depend on which (only the work of deriving the structures they need),
+        except through ``norm_out_degrees``, which only the plan holds: the block that holds
+        the plan keeps it alive, so it is the one found."""
         plan = _BY_INDPTR.get(id(indptr))
         if (plan is None or plan.indptr is not indptr or plan.indices is not indices
                 or plan.num_src != num_src):
@@ -144,7 +147,9 @@ class GraphPlan:
         key = (norm, side, dtype)
         if key not in self._node_scales:
             with torch.inference_mode(False):
-                deg = self.out_degrees if side == "src" else self.in_degrees
+                deg = self.in_degrees if side == "dst" else (
+                    self.out_degrees if self.norm_out_degrees is None
+                    else self.norm_out_degrees)
                 deg = deg.to(dtype).clamp(min=1)
                 self._node_scales[key] = deg.rsqrt() if norm == "both" else deg.reciprocal()
         return self._node_scales[key]
@@ -356,7 +361,7 @@ class SampledBlock:
         # rows in pick order: not sorted by source (no source slices, no host sync to check)
         self.plan = GraphPlan(indptr, indices, None, src_nodes.numel(), num_dst,
                               max_in_degree=max_in_degree, rows_sorted=False,
-                              out_degrees=src_out_degrees)
+                              norm_out_degrees=src_out_degrees)
 
     @property
     def device(self):

@@ -290,6 +290,32 @@ def test_gather_rows_is_index_select_on_the_index_device():
     assert torch.equal(gather_rows(table[:, 0].contiguous(), index), table[index, 0])
 
 
+def test_gather_rows_refuses_ids_and_tables_it_cannot_read():
+    table = torch.randn(50, 4)
+    low, high = int(torch.randint(-9, 0, ())), int(torch.randint(50, 60, ()))
+    for ids, first, last in (([7, low], low, 7), ([high, 3], 3, high)):
+        with pytest.raises(ValueError, match=rf"row ids must be in \[0, 50\), got ids from "
+                                             rf"{first} to {last}"):
+            gather_rows(table, torch.tensor(ids))
+    for index in (torch.tensor([[1]]), torch.tensor([1.0]), torch.tensor([True])):
+        with pytest.raises(ValueError, match="index must be a 1-d tensor of integer row ids"):
+            gather_rows(table, index)
+    with pytest.raises(ValueError, match="table must have a row per node, got shape"):
+        gather_rows(torch.tensor(1.0), torch.tensor([0]))
+    with pytest.raises(ValueError, match="table is on meta, but its rows go to cpu"):
+        gather_rows(table.to("meta"), torch.tensor([1]))
+    with pytest.raises(TypeError, match="table must be a tensor, got list"):
+        gather_rows([[1.0]], torch.tensor([0]))
+
+
+def test_a_loader_refuses_features_without_a_row_per_node():
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(40, 100), "cpu")
+    with pytest.raises(ValueError, match=r"features must have a row per node \(40\), got "
+                                         r"shape \(39, 3\)"):
+        NeighborLoader(graph, torch.arange(5), NeighborSampler([2]), 4,
+                       features=torch.randn(39, 3))
+
+
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_a_loader_given_features_hands_each_batch_its_rows(prefetch):
     graph = DeviceGraph.from_dgl(dgl.rand_graph(400, 3000), "cpu")
@@ -332,7 +358,7 @@ def test_layerwise_inference_gives_the_whole_graph_forwards_logits(name, nonline
     torch.testing.assert_close(got, want[nodes])
 
 
-def test_layerwise_inference_refuses_training_mode_unknown_storage_and_foreign_nodes():
+def test_layerwise_inference_refuses_what_it_cannot_evaluate():
     graph = DeviceGraph.from_dgl(dgl.rand_graph(30, 90), "cpu")
     model = build_model("sage", 4, 8, 3, 2, k=2)
     with pytest.raises(ValueError, match=r"model\.eval\(\)"):
@@ -342,6 +368,11 @@ def test_layerwise_inference_refuses_training_mode_unknown_storage_and_foreign_n
                          storage="disk")
     with pytest.raises(ValueError, match=r"node ids must be in \[0, 30\), got ids from 2 to 30"):
         layerwise_logits(model, graph, torch.randn(30, 4), torch.tensor([2, 30]))
+    with pytest.raises(ValueError, match=r"features must have a row per node \(30\)"):
+        layerwise_logits(model, graph, torch.randn(29, 4), torch.arange(5))
+    with pytest.raises(TypeError, match="takes a model of dgl_maxk.models, got Linear"):
+        layerwise_logits(torch.nn.Linear(4, 3).eval(), graph, torch.randn(30, 4),
+                         torch.arange(5))
 
 
 # --------------------------------------------------------------------------- training

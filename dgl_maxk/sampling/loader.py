@@ -20,7 +20,7 @@ import threading
 import torch
 
 from ..sparse import input_checks
-from .rows import gather_rows
+from .rows import check_table, gather_rows
 from .sampler import DeviceGraph, NeighborSampler, check_device_graph, check_seeds
 
 _END = object()
@@ -77,6 +77,8 @@ class NeighborLoader:
             raise TypeError(f"{', '.join(wrong)}: must be "
                             + ("an integer" if len(wrong) == 1 else "integers"))
         seeds = check_seeds(seeds, graph.num_nodes).cpu()
+        if features is not None:  # its rows are then read without a check of the ids
+            check_table("features", features, graph.num_nodes, graph.device)
         if batch_size < 1 or prefetch < 0 or not 0 <= rank < world_size:
             raise ValueError(f"need batch_size >= 1, prefetch >= 0 and 0 <= rank < "
                              f"world_size; got {batch_size}, {prefetch}, {rank}, {world_size}")
@@ -111,10 +113,10 @@ class NeighborLoader:
         share = share.to(device)
         for i in range(len(self)):
             seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
-            with input_checks(False):  # the seeds were checked once, at construction
+            with input_checks(False):  # the seeds and features were checked at construction
                 batch = self.sampler.sample(self.graph, seeds, generator)
-            if self.features is not None:
-                batch = (*batch, gather_rows(self.features, batch[0]))
+                if self.features is not None:
+                    batch = (*batch, gather_rows(self.features, batch[0]))
             yield batch
 
     def __iter__(self):

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import torch
 
+from ..models import MaxKGNN
 from ..nn import GraphConv
 from ..sampling import DeviceGraph, gather_rows
-from ..sampling.sampler import row_ranges, sample_block
-from ..sparse import CBSR
+from ..sampling.rows import check_table
+from ..sampling.sampler import check_device_graph, row_ranges, sample_block
+from ..sparse import CBSR, input_checks
 
 #: Per batch: at most this many edges and destination nodes.
 BATCH_EDGES = 1 << 22
@@ -41,6 +43,11 @@ def layerwise_logits(model, graph: DeviceGraph, features, nodes, *, batch_edges=
     'auto' (the GPU where it fits, else pinned host memory), 'device' or 'host'. The
     caller's autocast applies; stored rows keep the dtype the layers produce.
     """
+    if not isinstance(model, MaxKGNN):
+        raise TypeError(f"layer-wise inference takes a model of dgl_maxk.models, got "
+                        f"{type(model).__name__}")
+    check_device_graph(graph)
+    check_table("features", features, graph.num_nodes, graph.device)
     if model.training:
         raise ValueError("layer-wise inference computes the eval-mode forward: call "
                          "model.eval() first")
@@ -90,7 +97,8 @@ class _Rows:
         self.parts, self.d, self.device = parts, d, device
 
     def read(self, index):
-        parts = [gather_rows(part, index) for part in self.parts]
+        with input_checks(False):  # a block's sources: ids of the graph, a row each here
+            parts = [gather_rows(part, index) for part in self.parts]
         return parts[0] if self.d is None else CBSR(*parts, self.d, _pattern_checked=True)
 
     def release(self):

@@ -18,6 +18,7 @@ import torch
 
 from .._dgl import dgl
 from ..sampling import NeighborLoader, NeighborSampler, gather_rows
+from ..sparse import input_checks
 from .distributed import rank, synchronize, world_size
 
 SAMPLERS = ("device", "dgl")
@@ -100,7 +101,8 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
             except StopIteration:
                 break
             t1 = time.perf_counter()
-            x = gathered[0] if gathered else gather_rows(features, input_nodes.to(device))
+            with input_checks(False):  # a sampler's ids, and a row per node
+                x = gathered[0] if gathered else gather_rows(features, input_nodes.to(device))
             y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
             if timed:
                 synchronize(device)

@@ -248,9 +248,7 @@ def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Rows ``index`` (int64, on the GPU) of ``table`` (contiguous; device memory or pinned
-    host memory, read through its device pointer) on the index's GPU. Not a custom op: it
-    feeds a model rather than running inside one, and its table may be host memory, which
-    an op's device dispatch does not take."""
+    host memory, read through its device pointer) on the index's GPU."""
     n = index.numel()
     out = torch.empty((n,) + table.shape[1:], dtype=table.dtype, device=index.device)
     row_bytes = math.prod(table.shape[1:]) * table.element_size()

@@ -4,12 +4,10 @@ ogbn-papers100M files' loader (DeviceGraphs, no DGL graph), features in host mem
 evaluation by layer-wise inference, and the trainer, config and benchmark that use them."""
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,7 +15,7 @@ from dgl_maxk import ops
 from dgl_maxk._dgl import dgl
 from dgl_maxk.backends import reference
 from dgl_maxk.cli import main as cli_main
-from dgl_maxk.data import DatasetError, DatasetNotFound, load_dataset, power_law_csr
+from dgl_maxk.data import load_dataset, power_law_csr
 from dgl_maxk.data import device_graphs
 from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
 from dgl_maxk.data.papers import RULE_WIDTH, planted_labels
@@ -31,6 +29,7 @@ from dgl_maxk.training.inference import layerwise_logits
 from dgl_maxk.training.seed import run_seed
 
 from conftest import small_config
+from test_data import papers_files
 from test_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -215,35 +214,6 @@ def test_planted_labels_follow_the_rule_over_in_neighbours():
     assert torch.equal(got, want)
 
 
-def write_papers_files(root: Path, src, dst, feat, label, splits, fortran=False):
-    """ogbn-papers100M's files in OGB's layout, tiny."""
-    folder = root / "ogbn_papers100M"
-    (folder / "raw").mkdir(parents=True)
-    (folder / "split" / "time").mkdir(parents=True)
-    edges = np.stack([src.numpy(), dst.numpy()])
-    np.savez_compressed(folder / "raw" / "data.npz",
-                        edge_index=np.asfortranarray(edges) if fortran else edges,
-                        node_feat=feat.numpy(), num_nodes_list=np.array([feat.shape[0]]),
-                        num_edges_list=np.array([src.numel()]))
-    np.savez_compressed(folder / "raw" / "node-label.npz", node_label=label.numpy()[:, None])
-    for name, index in splits.items():
-        with gzip.open(folder / "split" / "time" / f"{name}.csv.gz", "wt") as f:
-            f.write("".join(f"{i}\n" for i in index.tolist()))
-    return folder
-
-
-def papers_files(root, n=300, fortran=False):
-    src, dst = torch.randint(0, n, (2000,)), torch.randint(0, n, (2000,))
-    src[:50], dst[:50] = dst[50:100], src[50:100]  # citations both ways
-    feat = torch.randn(n, 6).to(torch.float16)  # converted to float32
-    label = torch.randint(0, 172, (n,)).double()
-    perm = torch.randperm(n)
-    splits = {"train": perm[:40], "valid": perm[40:60], "test": perm[60:90]}
-    label[perm[90:]] = float("nan")
-    write_papers_files(root, src, dst, feat, label, splits, fortran)
-    return src, dst, feat, label, splits
-
-
 @pytest.mark.parametrize("to_bidirected, self_loops, fortran", [
     (True, False, False), (False, False, True), (True, True, False), (False, True, False)])
 def test_ogbn_papers100m_files_load_as_a_device_graph(to_bidirected, self_loops, fortran,
@@ -264,20 +234,6 @@ def test_ogbn_papers100m_files_load_as_a_device_graph(to_bidirected, self_loops,
                        (data.test_mask, "test")):
         assert torch.equal(mask.nonzero()[:, 0], splits[name].sort().values)
     assert data.num_classes == 172 and data.evaluator == "ogbn-papers100M"
-
-
-def test_ogbn_papers100m_missing_or_damaged_files_say_which(tmp_path):
-    with pytest.raises(DatasetNotFound, match=r"papers100M-bin\.zip.*\n.*raw/data\.npz"):
-        load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
-    folder = tmp_path / "ogbn_papers100M"
-    papers_files(tmp_path)
-    (folder / "raw" / "data.npz").write_bytes(b"not a zip")
-    with pytest.raises(DatasetError, match=r"data\.npz cannot be read"):
-        load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
-    np.savez_compressed(folder / "raw" / "data.npz", edge_index=np.array([[0, 1], [2, 300]]),
-                        node_feat=np.zeros((300, 2), np.float32), num_nodes_list=np.array([300]))
-    with pytest.raises(DatasetError, match=r"node ids outside \[0, 300\)"):
-        load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
 
 
 # --------------------------------------------------------------------------- features

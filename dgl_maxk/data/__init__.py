@@ -6,8 +6,9 @@ Real datasets (read offline from a data root; nothing is downloaded here):
 - ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-proteins`` -- OGB's ``DglNodePropPredDataset``;
   proteins gets node features = sum of its incoming edges' 8 features, 112 binary tasks;
 - ``cora``, ``citeseer``, ``pubmed`` -- DGL's planetoid classes (the standard public split);
-- ``ogbn-papers100M`` -- OGB's files read without OGB, its graph a ``DeviceGraph`` built on
-  the training device (no DGL graph on the host).
+- ``ogbn-papers100M`` -- OGB's files read without OGB, a chunk at a time, its graph a
+  ``DeviceGraph`` built on the training device (no DGL graph on the host); its files are
+  checked as the others' are, its edges' node ids as they are read.
 
 Generators owned by the package (no files needed, reproducible from ``seed``):
 

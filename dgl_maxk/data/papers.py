@@ -15,20 +15,21 @@ the splits have label -1 (papers100M labels only those).
 """
 from __future__ import annotations
 
-import gzip
 import zipfile
-import zlib
 
 import numpy as np
 import torch
 
 from ..sampling import DeviceGraph
 from ..sampling.sampler import sample_block
-from .dataset import Dataset, DatasetError, DatasetNotFound, index_to_mask
+from .checks import check_raw
+from .dataset import Dataset, index_to_mask
 from .device_graphs import CHUNK_EDGES, canonical_rows, csr_from_edges, source_dtype
-from .files import data_root
+from .files import PAPERS_FILES, check_papers_files, papers_source
+from .formats import Damaged, in_range, npy_header, npz_array, reading, require, table_column
 from .generators import power_law_csr
 from .params import Param, check_values
+from .unreadable import Source, reporting
 
 #: ogbn-papers100M's sizes, the defaults of ``papers100m-sized``.
 PAPERS_SIZED_PARAMS = {
@@ -131,125 +132,71 @@ def planted_labels(graph: DeviceGraph, projected, nodes, num_classes: int, gen):
 
 # --------------------------------------------------------------------------- real files
 
-#: The files of ogbn-papers100M under its folder (OGB's layout).
-PAPERS_FILES = ("raw/data.npz", "raw/node-label.npz", "split/time/train.csv.gz",
-                "split/time/valid.csv.gz", "split/time/test.csv.gz")
-PAPERS_SOURCE = ("the official zip http://snap.stanford.edu/ogb/data/nodeproppred/"
-                 "papers100M-bin.zip unpacked, with its top folder 'papers100M-bin' renamed "
-                 "to 'ogbn_papers100M'")
-
-
-def papers_folder(root=None):
-    return data_root(root) / "ogbn_papers100M"
-
-
-def papers_layout(root=None) -> str:
-    """Where ogbn-papers100M's files go, in words."""
-    return f"{papers_folder(root)}/ {{{', '.join(PAPERS_FILES)}}}"
+#: ogbn-papers100M's classes.
+PAPERS_CLASSES = 172
 
 
 def load_ogbn_papers100m(name: str, root, self_loops: bool, device,
                          to_bidirected: bool = True) -> Dataset:
     """ogbn-papers100M from OGB's files, its graph built on ``device`` from the edge list
-    (its citations in both directions, each pair once, with ``to_bidirected``)."""
-    folder = papers_folder(root)
-    missing = [f for f in PAPERS_FILES if not (folder / f).is_file()]
-    if missing:
-        raise DatasetNotFound(
-            f"dataset '{name}' is not on disk and dgl_maxk does not download. Put "
-            f"{PAPERS_SOURCE} at {folder}/ , so that it holds:\n  " + "\n  ".join(PAPERS_FILES)
-            + f"\n(missing: {', '.join(missing)}). The data root is {data_root(root)} (set it "
-            "with the 'root' option, dataset.root in a config, or $DGL_MAXK_DATA).")
+    (its citations in both directions, each pair once, with ``to_bidirected``). The files
+    are checked before and as they are read: a damaged one raises DatasetError naming it."""
+    folder = check_papers_files(name, root)
     device = torch.device(device)
-    npz = folder / "raw" / "data.npz"
-    with _reading(npz), zipfile.ZipFile(npz) as zf:
-        n = int(_whole(zf, "num_nodes_list").sum())
-        src, dst = _edge_index(zf, n)
-        features = _node_features(zf, n, device)
+    with reporting(Source(name, folder, folder, PAPERS_FILES, (), papers_source())):
+        check_raw(name, folder, PAPERS_FILES)
+        n = int(npz_array(folder, PAPERS_FILES[0], "num_nodes_list")[0])
+        src, dst, features = _read_data(folder, PAPERS_FILES[0], n, device)
+        labels, splits = _read_labels(folder, PAPERS_FILES, n)
     graph = csr_from_edges(lambda: _edge_chunks(src, dst, to_bidirected), n, device)
     del src, dst
     if to_bidirected or self_loops:
         graph = canonical_rows(graph, dedupe=to_bidirected, self_loops=self_loops)
-    labels_file = folder / "raw" / "node-label.npz"
-    with _reading(labels_file), np.load(labels_file) as z:
-        labels = torch.from_numpy(z["node_label"].reshape(-1))
-    if labels.numel() != n:
-        raise DatasetError(f"{labels_file} labels {labels.numel()} nodes, but {npz} has {n}")
-    labels = torch.where(torch.isnan(labels), -1, labels).long()
-    masks = [index_to_mask(_split(folder / f"split/time/{s}.csv.gz", n), n)
-             for s in ("train", "valid", "test")]
+    masks = [index_to_mask(torch.tensor(ids), n) for ids in splits]
     return Dataset(name=name, graph=graph, features=features, labels=labels,
                    train_mask=masks[0], val_mask=masks[1], test_mask=masks[2],
-                   num_classes=172, evaluator="ogbn-papers100M",
+                   num_classes=PAPERS_CLASSES, evaluator="ogbn-papers100M",
                    notes="nodes outside the splits have label -1",
                    info={"to_bidirected": to_bidirected, "self_loops": bool(self_loops)})
 
 
-class _reading:
-    """A file's read errors as DatasetError naming it (the reader's own errors say little)."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, err, tb):
-        if isinstance(err, (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile,
-                            zlib.error)) and not isinstance(err, DatasetError):
-            raise DatasetError(f"{self.path} cannot be read ({type(err).__name__}: {err}); "
-                               f"replace it with the file from {PAPERS_SOURCE}") from err
-        return False
+def _read_data(folder, rel: str, n: int, device):
+    """(sources, destinations, features) of the .npz ``rel`` of ``n`` nodes: the edges as
+    host arrays, the features as float32 host rows (pinned for a GPU), each read a chunk at
+    a time, the edges' node ids checked as they come."""
+    with reading(folder, rel) as path, zipfile.ZipFile(path) as archive:
+        src, dst = _edge_index(archive, rel, n)
+        return src, dst, _node_features(archive, rel, n, device)
 
 
-def _array(zf, key):
-    """(stream at the data, shape, dtype, Fortran order) of array ``key`` of an npz."""
-    if f"{key}.npy" not in zf.namelist():
-        raise DatasetError(f"{zf.filename} holds no array '{key}' (it has "
-                           f"{', '.join(sorted(zf.namelist()))})")
-    stream = zf.open(f"{key}.npy")
-    version = np.lib.format.read_magic(stream)
-    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-              else np.lib.format.read_array_header_2_0)
-    shape, fortran, dtype = header(stream)
+def _member(archive, rel: str, key: str):
+    """(stream at the data, shape, dtype, Fortran order) of array ``key`` of the .npz
+    ``rel``."""
+    stream = archive.open(f"{key}.npy")
+    shape, fortran, dtype = npy_header(stream)
     return stream, shape, dtype, fortran
 
 
-def _whole(zf, key) -> np.ndarray:
-    stream, shape, dtype, fortran = _array(zf, key)
-    count = int(np.prod(shape))
-    values = np.frombuffer(stream.read(count * dtype.itemsize), dtype)
-    if values.size != count:
-        raise EOFError("the array ends early (a truncated file)")
-    return values.reshape(shape, order="F" if fortran else "C")
-
-
-def _values(stream, dtype, count: int, chunk: int):
+def _values(stream, dtype, count: int, chunk: int, rel: str):
     """``count`` values of ``dtype`` from ``stream``, ``chunk`` at a time."""
     while count > 0:
         m = min(chunk, count)
         raw = stream.read(m * dtype.itemsize)
-        if len(raw) != m * dtype.itemsize:
-            raise EOFError("the array ends early (a truncated file)")
+        require(len(raw) == m * dtype.itemsize, rel, "an array ends early (a cut file)")
         yield np.frombuffer(raw, dtype)
         count -= m
 
 
-def _edge_index(zf, n: int):
-    """(sources, destinations) of the npz's edge_index (2 x E), as int32 (int64 from 2^31
-    nodes) host arrays, read a chunk at a time; ids outside [0, n) are a DatasetError."""
-    stream, shape, dtype, fortran = _array(zf, "edge_index")
-    if len(shape) != 2 or shape[0] != 2 or dtype.kind not in "iu":
-        raise DatasetError(f"{zf.filename}: edge_index must be 2 x E integers, got "
-                           f"{shape} {dtype}")
+def _edge_index(archive, rel: str, n: int):
+    """(sources, destinations) of the .npz's edge_index (2 x E), as int32 (int64 from 2^31
+    nodes) host arrays, read a chunk at a time; ids outside [0, n) make the file Damaged."""
+    stream, shape, dtype, fortran = _member(archive, rel, "edge_index")
     num_edges = shape[1]
     out = np.empty((2, num_edges), dtype=np.int32 if n < 2 ** 31 else np.int64)
     written = 0  # values read: C order holds all sources, then all destinations;
     # Fortran order (source, destination) pairs (an even number a chunk)
-    for values in _values(stream, dtype, 2 * num_edges, 2 * CHUNK_EDGES):
-        if values.size and (values.min() < 0 or values.max() >= n):
-            raise DatasetError(f"{zf.filename}: edge_index holds node ids outside "
-                               f"[0, {n}) (num_nodes_list says {n} nodes)")
+    for values in _values(stream, dtype, 2 * num_edges, 2 * CHUNK_EDGES, rel):
+        in_range(values, n, rel, "'edge_index' node ids")
         if fortran:
             pairs = slice(written // 2, (written + values.size) // 2)
             out[0, pairs], out[1, pairs] = values[0::2], values[1::2]
@@ -268,24 +215,35 @@ def _edge_chunks(src, dst, both_ways: bool):
             yield d, s
 
 
-def _node_features(zf, n: int, device) -> torch.Tensor:
+def _node_features(archive, rel: str, n: int, device) -> torch.Tensor:
     """node_feat (N x F) as float32 host rows (pinned for a GPU), read a chunk at a time."""
-    stream, shape, dtype, fortran = _array(zf, "node_feat")
-    if len(shape) != 2 or shape[0] != n or fortran or dtype.kind != "f":
-        raise DatasetError(f"{zf.filename}: node_feat must be {n} x F floats in C order, got "
-                           f"{shape} {dtype}{' (Fortran order)' if fortran else ''}")
+    stream, shape, dtype, fortran = _member(archive, rel, "node_feat")
+    require(dtype.kind == "f" and not fortran, rel,
+            f"'node_feat' holds {dtype}{' in Fortran order' if fortran else ''}, not floats "
+            "in C order")
     features = host_rows(shape, torch.float32, device)
     flat = features.view(-1)
     written = 0
-    for values in _values(stream, dtype, n * shape[1], FEATURE_CHUNK_ROWS * shape[1]):
+    for values in _values(stream, dtype, n * shape[1], FEATURE_CHUNK_ROWS * shape[1], rel):
         flat[written:written + values.size] = torch.from_numpy(values.astype(np.float32))
         written += values.size
     return features
 
 
-def _split(path, n: int) -> torch.Tensor:
-    with _reading(path), gzip.open(path, "rt") as f:
-        index = torch.from_numpy(np.loadtxt(f, dtype=np.int64, ndmin=1))
-    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
-        raise DatasetError(f"{path} holds node ids outside [0, {n})")
-    return index
+def _read_labels(folder, files, n: int):
+    """(labels: int64, -1 outside the splits; the train, valid and test node ids): every
+    node of a split labelled with a class."""
+    rel = files[1]
+    labels = npz_array(folder, rel, "node_label").reshape(-1)
+    splits = [table_column(folder, f) for f in files[2:]]
+    ids = np.concatenate(splits)
+    labelled = labels[ids]
+    require(np.issubdtype(labels.dtype, np.number), rel, f"labels of {labels.dtype}")
+    bad = ~(np.isfinite(labelled) & (labelled >= 0) & (labelled < PAPERS_CLASSES)
+            & (labelled == np.round(labelled)))
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise Damaged(rel, f"node {int(ids[first])} of a split has the label "
+                           f"{labelled[first]}, not a class 0..{PAPERS_CLASSES - 1}")
+    labels = torch.from_numpy(np.where(np.isnan(labels), -1, labels).astype(np.int64))
+    return labels, splits

@@ -7,11 +7,11 @@ from typing import Callable, NamedTuple
 import torch
 
 from .dataset import Dataset
-from .files import DGL_SPECS, OGB_SPECS, describe_layout
+from .files import DGL_SPECS, OGB_SPECS, PAPERS, describe_layout
 from .generators import PLANTED_PARAMS, POWER_LAW_PARAMS, check_planted, check_power_law
 from .loaders import load_dgl, load_ogb, load_planted, load_powerlaw
 from .papers import (PAPERS_SIZED_PARAMS, check_papers_sized, load_ogbn_papers100m,
-                     load_papers100m_sized, papers_layout)
+                     load_papers100m_sized)
 from .params import Param, check_values, with_defaults
 
 
@@ -19,14 +19,12 @@ class DatasetSpec(NamedTuple):
     """A dataset's loader ``(name, root, self_loops, **params) -> Dataset``, its parameters
     ``{name: Param}``, and the check of those parameters together (all of them given, with
     the prefix for messages), if any. ``on_device``: its graph is a DeviceGraph, built on
-    the device the loader is given (``device=``); ``layout``: where its files go, in words,
-    as a function of the data root (for files outside DGL's and OGB's loaders)."""
+    the device the loader is given (``device=``)."""
 
     loader: Callable
     params: dict
     check: Callable | None = None
     on_device: bool = False
-    layout: Callable | None = None
 
 
 #: name -> DatasetSpec: everything ``load_dataset`` can load, with the parameters it takes.
@@ -39,8 +37,8 @@ DATASETS = {
     "powerlaw": DatasetSpec(load_powerlaw, POWER_LAW_PARAMS, check_power_law),
     "papers100m-sized": DatasetSpec(load_papers100m_sized, PAPERS_SIZED_PARAMS,
                                     check_papers_sized, on_device=True),
-    "ogbn-papers100m": DatasetSpec(load_ogbn_papers100m, {"to_bidirected": Param(bool, True)},
-                                   on_device=True, layout=papers_layout),
+    PAPERS: DatasetSpec(load_ogbn_papers100m, {"to_bidirected": Param(bool, True)},
+                        on_device=True),
 }
 
 
@@ -59,10 +57,8 @@ def canonical_name(name: str) -> str:
 def layout(name: str, root=None) -> str:
     """Where a dataset's files go under the data root, in words (generators: none)."""
     name = canonical_name(name)
-    if name in DGL_SPECS or name in OGB_SPECS:
+    if name in DGL_SPECS or name in OGB_SPECS or name == PAPERS:
         return describe_layout(name, root)
-    if DATASETS[name].layout is not None:
-        return DATASETS[name].layout(root)
     return "generated (no files)"
 
 

@@ -401,7 +401,8 @@ def test_bench_minibatch_papers100m_sized_has_papers_sizes_and_the_device_sample
 
 # --------------------------------------------------------------------------- on a GPU
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="no CUDA GPU (device graphs, pinned host features)")
 
 
 @CUDA

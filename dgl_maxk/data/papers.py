@@ -169,9 +169,8 @@ def _read_data(folder, rel: str, n: int, device):
         return src, dst, _node_features(archive, rel, n, device)
 
 
-def _member(archive, rel: str, key: str):
-    """(stream at the data, shape, dtype, Fortran order) of array ``key`` of the .npz
-    ``rel``."""
+def _member(archive, key: str):
+    """(stream at the data, shape, dtype, Fortran order) of array ``key`` of an .npz."""
     stream = archive.open(f"{key}.npy")
     shape, fortran, dtype = npy_header(stream)
     return stream, shape, dtype, fortran
@@ -190,7 +189,7 @@ def _values(stream, dtype, count: int, chunk: int, rel: str):
 def _edge_index(archive, rel: str, n: int):
     """(sources, destinations) of the .npz's edge_index (2 x E), as int32 (int64 from 2^31
     nodes) host arrays, read a chunk at a time; ids outside [0, n) make the file Damaged."""
-    stream, shape, dtype, fortran = _member(archive, rel, "edge_index")
+    stream, shape, dtype, fortran = _member(archive, "edge_index")
     num_edges = shape[1]
     out = np.empty((2, num_edges), dtype=np.int32 if n < 2 ** 31 else np.int64)
     written = 0  # values read: C order holds all sources, then all destinations;
@@ -217,7 +216,7 @@ def _edge_chunks(src, dst, both_ways: bool):
 
 def _node_features(archive, rel: str, n: int, device) -> torch.Tensor:
     """node_feat (N x F) as float32 host rows (pinned for a GPU), read a chunk at a time."""
-    stream, shape, dtype, fortran = _member(archive, rel, "node_feat")
+    stream, shape, dtype, fortran = _member(archive, "node_feat")
     require(dtype.kind == "f" and not fortran, rel,
             f"'node_feat' holds {dtype}{' in Fortran order' if fortran else ''}, not floats "
             "in C order")
@@ -237,8 +236,8 @@ def _read_labels(folder, files, n: int):
     labels = npz_array(folder, rel, "node_label").reshape(-1)
     splits = [table_column(folder, f) for f in files[2:]]
     ids = np.concatenate(splits)
-    labelled = labels[ids]
     require(np.issubdtype(labels.dtype, np.number), rel, f"labels of {labels.dtype}")
+    labelled = labels[ids]
     bad = ~(np.isfinite(labelled) & (labelled >= 0) & (labelled < PAPERS_CLASSES)
             & (labelled == np.round(labelled)))
     if bad.any():

@@ -687,7 +687,6 @@ def test_sample_neighbors_matches_reference(fanout):
     g_indptr, _ = _in_edge_csr(degrees, torch.int32)
     dst = torch.randperm(n, device=DEV)[:1700]
     b_indptr, num_edges = block_indptr(g_indptr, dst, fanout)
-    num_edges = int(num_edges)
     draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=DEV)
              if fanout > 0 else None)
     got = cuda.sample_neighbors(g_indptr, dst, b_indptr, num_edges, fanout, draws)

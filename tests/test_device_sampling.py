@@ -38,7 +38,7 @@ from dgl_maxk.models import build_model
 from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
 from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
 from dgl_maxk.sampling import loader as loader_module
-from dgl_maxk.sampling.sampler import _relabel, sample_block
+from dgl_maxk.sampling.sampler import sample_block
 from dgl_maxk.sparse import GraphPlan, SampledBlock, graph_plan
 from dgl_maxk.training import runner, sampling, step
 from dgl_maxk.training import sampled_step
@@ -240,29 +240,6 @@ def test_sampled_blocks_are_subgraphs_of_the_graph(kind, fanouts, device):
     # rows in pick order: the backward never walks them by source slice, nor syncs to check
     assert all(b.plan.rows_sorted_by_source() is False for b in result[2])
     check_sample(result, in_neighbours(g), seeds, fanouts)
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
-@pytest.mark.parametrize("num_dst, room, padding", [(0, 0, 0), (0, 9, 4), (5, 0, 0),
-                                                    (17, 60, 0), (40, 300, 37), (3, 50, 50)])
-def test_relabel_puts_dst_first_then_the_other_neighbours_by_id(num_dst, room, padding,
-                                                                 device):
-    """The source nodes are DGL's order (the destinations, then the new neighbours by
-    increasing id), each neighbour's local id points at its node, the padding is ignored."""
-    num_nodes = 97
-    dst = torch.randperm(num_nodes)[:num_dst]
-    neighbours = torch.randint(num_nodes, (room,))
-    if num_dst:  # a quarter of them destinations
-        neighbours[:room // 4] = dst[torch.randint(num_dst, (room // 4,))]
-    filled = torch.arange(room) < room - padding
-    neighbours[~filled] = num_nodes
-    src_nodes, local, num_new = _relabel(dst.to(device), neighbours.to(device),
-                                         filled.to(device), num_nodes)
-    real = neighbours[filled]
-    new = torch.tensor(sorted(set(real.tolist()) - set(dst.tolist())), dtype=torch.int64)
-    assert int(num_new) == new.numel()
-    assert torch.equal(src_nodes[:num_dst + new.numel()].cpu(), torch.cat([dst, new]))
-    assert torch.equal(src_nodes.cpu()[local[filled.to(device)].cpu()], real)
 
 
 def test_hub_keeps_exactly_the_fanout():

@@ -222,21 +222,16 @@ def sddmm(plan, grad_y, x):
     return out
 
 
-def sample_neighbors(graph_indptr, dst, block_indptr, room: int, fanout: int, draws):
+def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
     """The sampled in-edges of each node of ``dst`` as positions (int64) in the graph's
     in-edge CSR ``graph_indptr``, in the order of the block's CSR ``block_indptr``
-    (min(in-degree, ``fanout``) entries a row), in a tensor of ``room`` >= the block's edges
-    (entries past them are unspecified: zero here): all of a node's in-edges when
+    (``num_edges`` entries, min(in-degree, ``fanout``) a row): all of a node's in-edges when
     its in-degree is at most ``fanout`` (or ``fanout`` < 0), else the uniform
     ``fanout``-subset that Floyd's algorithm picks with the row's ``draws`` (n x fanout,
     float64 in [0, 1)): step j draws t = floor(u_j * (top + 1)) with top = degree - fanout + j,
     and keeps top instead when t was drawn before. Only the rows above the fan-out are drawn
     for, in O(fanout log fanout) each, without reading anything back to the host.
     """
-    num_edges = int(block_indptr[-1])
-    if room > num_edges:
-        return torch.cat([sample_neighbors(graph_indptr, dst, block_indptr, num_edges, fanout,
-                                           draws), dst.new_zeros(room - num_edges)])
     n = dst.numel()
     start = graph_indptr[dst]
     degree = graph_indptr[dst + 1] - start

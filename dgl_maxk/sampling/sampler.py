@@ -2,9 +2,9 @@
 
 The in-edges of each row are picked by ``sample_neighbors`` of the tensors' backend (one
 CUDA kernel, or the pure-torch reference), as positions in the graph's CSR, which give the
-block its source nodes and its edges' ids in the graph. Each layer's block costs one read
-back to the host (its edge count and its number of source nodes together, which size its
-tensors); everything else stays on the device. The result is that of DGL's ``NeighborSampler`` with
+block its source nodes and its edges' ids in the graph. Each layer's block costs two reads
+back to the host (its edge count and its number of source nodes, which size its tensors);
+everything else stays on the device. The result is that of DGL's ``NeighborSampler`` with
 ``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
 in-neighbours, each subset of that size equally likely. The random streams differ from DGL's.
 """
@@ -182,61 +182,40 @@ class NeighborSampler:
 def block_indptr(graph_indptr, dst, fanout: int):
     """(indptr, num_edges): the CSR row pointers of the block of ``dst`` in the graph of
     in-edge row pointers ``graph_indptr``, min(in-degree, ``fanout``) entries a row (all for
-    -1), and the edge count as a 0-d tensor on the device (not read back)."""
+    -1). The edge count is read back to the host (it sizes the block)."""
     degree = graph_indptr[dst + 1] - graph_indptr[dst]
     count = degree if fanout < 0 else degree.clamp(max=fanout)
     indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(count, 0, out=indptr[1:])
-    return indptr, indptr[-1]
+    return indptr, int(indptr[-1])
 
 
 def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None):
-    """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``.
-
-    The edges are sampled into room for the most the fan-out allows, so that the block's two
-    sizes (edges, source nodes) are read back together at the end: one wait for the GPU per
-    block. A fan-out of -1 has no such bound and reads its edge count first."""
+    """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``."""
     n = dst.numel()
     indptr, num_edges = block_indptr(graph.indptr, dst, fanout)
-    room = n * fanout if fanout > 0 else int(num_edges)
     # a fan-out above every in-degree takes all in-edges: nothing to draw (n x fanout draws
     # would cost memory in proportion to the fan-out, not to the degrees)
     picked = fanout if 0 < fanout <= graph.max_in_degree else -1
     draws = (torch.rand(n, picked, dtype=torch.float64, device=dst.device, generator=generator)
              if picked > 0 else None)
-    positions = backends.for_tensor(dst).sample_neighbors(graph.indptr, dst, indptr, room,
+    positions = backends.for_tensor(dst).sample_neighbors(graph.indptr, dst, indptr, num_edges,
                                                           picked, draws)
-    # the room past the block's edges holds garbage: its positions read entry 0
-    filled = torch.arange(room, device=dst.device) < num_edges
-    positions = torch.where(filled, positions, 0)
-    neighbours = torch.where(filled, graph.indices[positions].long(), graph.num_nodes)
-    src_nodes, local, num_new = _relabel(dst, neighbours, filled, graph.num_nodes)
-    num_edges, num_new = torch.stack([num_edges, num_new]).tolist()
-    edge_ids = (graph.edge_ids[positions[:num_edges]].long()
-                if graph.edge_ids is not None else None)
-    return SampledBlock(indptr, local[:num_edges], src_nodes[:n + num_new], n,
+    src_nodes, local = _relabel(dst, graph.indices[positions].long())
+    edge_ids = graph.edge_ids[positions].long() if graph.edge_ids is not None else None
+    return SampledBlock(indptr, local, src_nodes, n,
                         max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids)
 
 
-def _relabel(dst, neighbours, filled, num_nodes: int):
-    """(src_nodes, local ids of ``neighbours``, number of new nodes as a 0-d tensor): the
-    block's source nodes are ``dst`` in its order, then the other neighbours by increasing
-    global id, then padding (to be cut once the count is read). ``neighbours`` holds
-    ``num_nodes`` where ``filled`` is False.
-
-    Without a sort of every id: a table over the graph's nodes (and one spare slot for the
-    padding) marks one entry per distinct new neighbour, only those are sorted, and the
-    table then maps each id to its local id."""
-    n, room = dst.numel(), neighbours.numel()
-    table_dtype = torch.int32 if n + room < 2 ** 31 else torch.int64
-    position = torch.arange(room, dtype=table_dtype, device=dst.device)
-    table = torch.empty(num_nodes + 1, dtype=table_dtype, device=dst.device)
-    table[neighbours] = position  # one of a node's positions wins
-    table[dst] = -1
-    first = (table[neighbours] == position) & filled
-    key_dtype = torch.int32 if num_nodes < 2 ** 31 - 1 else torch.int64
-    new_nodes = torch.where(first, neighbours, num_nodes).to(key_dtype).sort().values
-    table[new_nodes] = position + n  # the padding's ids all land in the spare slot
-    table[dst] = torch.arange(n, dtype=table_dtype, device=dst.device)
-    src_nodes = torch.cat([dst, new_nodes.long()])
-    return src_nodes, table[neighbours].long(), first.sum()
+def _relabel(dst, neighbours):
+    """(src_nodes, local ids of ``neighbours``): the block's source nodes are ``dst`` in its
+    order, then the other neighbours by increasing global id."""
+    n = dst.numel()
+    nodes, inverse = torch.unique(torch.cat([dst, neighbours]), return_inverse=True)
+    rank = torch.full((nodes.numel(),), -1, dtype=torch.int64, device=dst.device)
+    rank[inverse[:n]] = torch.arange(n, device=dst.device)
+    new = rank < 0
+    rank = torch.where(new, n + torch.cumsum(new, 0) - 1, rank)
+    src_nodes = torch.empty_like(nodes)
+    src_nodes[rank] = nodes
+    return src_nodes, rank[inverse[n:]]

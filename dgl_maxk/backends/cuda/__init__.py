@@ -192,12 +192,12 @@ def cbsr_sddmm(plan, grad_y, x_values, x_indices):
     return out if grad_y.dtype == torch.float32 else out.to(grad_y.dtype)
 
 
-def sample_neighbors(graph_indptr, dst, block_indptr, room: int, fanout: int, draws):
+def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
     """The reference's sampled in-edges (CSR positions), the same ones: one thread per row
     (fan-outs up to ``launch.DEFAULTS['sample_neighbors']['max_fanout']``; larger ones go to
     the reference)."""
     if fanout > launch.option("sample_neighbors", "max_fanout"):
-        return reference.sample_neighbors(graph_indptr, dst, block_indptr, room, fanout,
+        return reference.sample_neighbors(graph_indptr, dst, block_indptr, num_edges, fanout,
                                           draws)
     return kernels.sample_neighbors(graph_indptr, dst.contiguous(), block_indptr, draws,
-                                    room, fanout)
+                                    num_edges, fanout)

@@ -228,11 +228,11 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
 
 
 def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr: torch.Tensor,
-                     draws: Optional[torch.Tensor], room: int,
+                     draws: Optional[torch.Tensor], num_edges: int,
                      fanout: int) -> torch.Tensor:
-    out = torch.empty(room, dtype=torch.int64, device=dst.device)  # past the edges: unset
+    out = torch.empty(num_edges, dtype=torch.int64, device=dst.device)
     n = dst.numel()
-    if n == 0 or room == 0:
+    if n == 0 or num_edges == 0:
         return out
     defines, threads = heuristics.sample_config()
     if fanout > defines["MAX_FANOUT"]:  # the kernel's per-thread pick list

@@ -267,7 +267,9 @@ class SampledStep:
         self.graphed = (cuda_graph and _paddable(fanouts) and not any(
             getattr(m, "_allow_zero_in_degree", True) is False for m in model.modules()))
         self.batch = None  # the PaddedBatch, made at the first batch that can use it
-        self.replays = 0
+        # full batches by how they ran: eagerly over the padding (the first after each
+        # sizing), captured, replayed
+        self.padded_steps = self.captures = self.replays = 0
         self._warm = False  # whether a padded step ran eagerly since the last capture
         self._replay = None  # (CUDA graph, loss, recorded NaN scans)
         self._grads = None  # (parameter, its gradient's view of a flat buffer), flat buffers
@@ -288,6 +290,7 @@ class SampledStep:
             return self._replayed()
         if not self._warm:
             self._warm = True
+            self.padded_steps += 1
             return self._step(self._padded)
         return self._probe_and_capture()
 
@@ -391,6 +394,7 @@ class SampledStep:
             return loss
         # capture records the kernels without running them: the gradients stay this step's
         self._replay = capture(lambda: self._padded(autocast_cache=False))
+        self.captures += 1
         return loss
 
     def _replayed(self):

@@ -204,7 +204,8 @@ def _train(args) -> int:
     results = run_experiment(cfg, device=args.device, out=args.out, resume=args.resume,
                              stop_after_epochs=args.stop_after_epochs,
                              time_limit=args.time_limit, progress=not args.no_progress,
-                             quiet=args.quiet, restart_corrupt=args.restart_corrupt)
+                             quiet=args.quiet, verbose=args.verbose,
+                             restart_corrupt=args.restart_corrupt)
     if results["complete"]:
         return EXIT_OK
     print(f"stopped before finishing; {_resume_hint(results['run_dir'])}", file=sys.stderr)

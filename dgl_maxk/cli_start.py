@@ -144,9 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--time-limit", type=_positive_seconds, default=None,
                        metavar="SECONDS",
                        help="stop (resumably) at the first epoch end after SECONDS")
-    train.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    train.add_argument("--quiet", action="store_true",
-                       help="no per-epoch lines on stdout (log.txt still has them)")
+    train.add_argument("--no-progress", action="store_true",
+                       help="no progress bars (drawn on stderr when it is a terminal)")
+    lines = train.add_mutually_exclusive_group()
+    lines.add_argument("--verbose", action="store_true",
+                       help="print the per-epoch lines too (log.txt always has them)")
+    lines.add_argument("--quiet", action="store_true",
+                       help="print only warnings and the final scores (log.txt has the rest)")
     train.add_argument("--threads", type=positive_int, default=None,
                        help="torch CPU threads (torch.set_num_threads)")
 

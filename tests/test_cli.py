@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -46,9 +47,11 @@ def test_two_epoch_quickstart_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # both variants' scores are printed, and one log line per epoch
     assert "maxk (sage, k=8" in r.stdout and "relu (sage, ReLU" in r.stdout
-    assert r.stdout.count("[maxk seed 0] epoch") == 2
-    assert r.stdout.count("[relu seed 0] epoch") == 2
+    assert "] epoch" not in r.stdout  # in the log only (--verbose prints them)
+    assert "epoch/s" not in r.stderr  # no progress bar where stderr is no terminal
     (run_dir,) = run_dirs(out)
+    log = (run_dir / "log.txt").read_text()
+    assert log.count("[maxk seed 0] epoch") == 2 and log.count("[relu seed 0] epoch") == 2
     res = json.loads((run_dir / "results.json").read_text())
     assert res["complete"] and res["config"]["train"]["epochs"] == 2
     assert res["config"]["train"]["seeds"] == [0]
@@ -57,6 +60,41 @@ def test_two_epoch_quickstart_end_to_end(tmp_path):
         assert len(seed["history"]) == 2 and 0 <= seed["test_at_best_val"] <= 1
         assert (run_dir / name / "seed0" / "checkpoint.pt").exists()
     assert res["environment"]["device"] == "cpu"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+TINY_RUN = ["train", "--config", QUICKSTART, "--set", "epochs=3", "dataset.params.num_nodes=300",
+            "variants=null", "--seeds", "1", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("flag", [None, "--verbose", "--quiet"])
+def test_per_epoch_lines_go_to_the_log_and_to_stdout_with_verbose(flag, tmp_path, capsys):
+    code = cli_main([*map(str, TINY_RUN), "--out", str(tmp_path), *([flag] if flag else [])])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (run_dir,) = run_dirs(tmp_path)
+    log = (run_dir / "log.txt").read_text()
+    assert re.findall(r"seed 0\] epoch +(\d+)/3 loss", log) == ["1", "2", "3"], log
+    assert out.count("] epoch ") == (3 if flag == "--verbose" else 0), out
+    assert ("run directory:" in out and "best val" in out) == (flag != "--quiet"), out
+    assert "== quickstart: test at best validation epoch" in out and "accuracy" in out
+    assert "epoch/s" not in err  # stderr is no terminal here: no bar
+
+
+def test_progress_bar_per_seed_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    code = cli_main([*map(str, TINY_RUN), "--seeds", "2", "--out", str(tmp_path)])
+    assert code == 0
+    bars = sys.stderr.getvalue()
+    assert " seed 0:" in bars and " seed 1:" in bars and "epoch/s" in bars, bars
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    assert cli_main([*map(str, TINY_RUN), "--out", str(tmp_path), "--no-progress"]) == 0
+    assert sys.stderr.getvalue() == ""
+    assert "== quickstart" in capsys.readouterr().out
 
 
 def test_bad_config_fails_before_any_work(tmp_path):
@@ -165,6 +203,7 @@ def one_line_error(err):
     (["--seeds", "4294967296"], "argument --seeds: config key 'train.seeds' must be a positive "
                                 "count of at most"),
     (["--restart-corrupt"], "--restart-corrupt"),
+    (["--verbose", "--quiet"], "--quiet: not allowed with argument --verbose"),
 ])
 def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, capsys,
                                                          monkeypatch):

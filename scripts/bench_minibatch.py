@@ -448,6 +448,7 @@ def write_outputs(args, results, written, interrupted=False):
              "results": results}, indent=2))
         (out / "minibatch.md").write_text(table + "\n")
         written.append(out / "minibatch.json")
+    print(f"\nwrote {out / 'minibatch.json'}, {out / 'minibatch.md'}")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ import torch
 from torch.nn import functional as F
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import pyplot  # noqa: E402  (this checkout's dgl_maxk first on the path)
 import dgl_maxk  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
@@ -422,9 +423,10 @@ def run(args, written=None):
 
 
 def write_outputs(out, env, args, results, interrupted=False, written=None):
-    """compare.json, compare.md and compare.png (``interrupted``: the arms measured before a
-    Ctrl-C, said in both files), then compare.json appended to ``written``; a Ctrl-C or
-    SIGTERM meanwhile waits until all that is done."""
+    """compare.json, compare.md and compare.png where matplotlib is installed
+    (``interrupted``: the arms measured before a Ctrl-C, said in both files), then
+    compare.json appended to ``written``; a Ctrl-C or SIGTERM meanwhile waits until all that
+    is done."""
     table = markdown_table(results, args.precision)
     if interrupted:
         table = "Interrupted: the arms measured before Ctrl-C (or SIGTERM) only.\n\n" + table
@@ -434,10 +436,12 @@ def write_outputs(out, env, args, results, interrupted=False, written=None):
             {"environment": env, "args": vars(args), "interrupted": interrupted,
              "results": results}, indent=2))
         (out / "compare.md").write_text(table + "\n")
-        plot(results, out / "compare.png")
+        files = [out / "compare.json", out / "compare.md"]
+        if plot(results, out / "compare.png"):
+            files.append(out / "compare.png")
         if written is not None:
             written.append(out / "compare.json")
-    print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+    print(f"\nwrote {', '.join(map(str, files))}")
 
 
 def load_case(graph_name, setup) -> GraphCase:
@@ -564,14 +568,11 @@ def markdown_table(results, precision):
     return "\n".join(lines)
 
 
-def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'dgl_maxk[plot]')")
-        return
+def plot(results, path) -> bool:
+    """Whether the plot was drawn into ``path`` (not without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return False
     timed = [r for r in results if "epoch_ms" in r]
     graphs = list(dict.fromkeys(r["graph"] for r in timed))
     models = list(dict.fromkeys(r["model"] for r in timed))
@@ -596,6 +597,8 @@ def plot(results, path):
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 if __name__ == "__main__":

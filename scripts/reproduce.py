@@ -28,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import pyplot  # noqa: E402  (this checkout's dgl_maxk first on the path)
 
 import torch  # noqa: E402
 
@@ -143,9 +144,11 @@ def reproduce(args) -> int:
     write_json(out / "results.json", summary)
     md = markdown_table(rows, args.k, args.title, summary["command"], elapsed, args.precision)
     atomic_write_bytes(out / "results.md", lambda f: f.write(md.encode()))
-    plot(rows, out / "accuracy_vs_k.png")
     print(md)
-    print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'accuracy_vs_k.png'}")
+    files = [out / "results.md", out / "results.json"]
+    if plot(rows, out / "accuracy_vs_k.png"):
+        files.append(out / "accuracy_vs_k.png")
+    print(f"wrote {', '.join(map(str, files))}")
     return 0
 
 
@@ -196,11 +199,11 @@ def markdown_table(rows, ks, title, command, elapsed, precision):
     return "\n".join(lines)
 
 
-def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(rows, path) -> bool:
+    """Whether the plot was drawn into ``path`` (not without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return False
     panels = sorted({(r["dataset"], r["model"]) for r in rows})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -233,6 +236,7 @@ def plot(rows, path):
     fig.tight_layout()
     atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=130))
     plt.close(fig)
+    return True
 
 
 if __name__ == "__main__":

@@ -454,6 +454,38 @@ def test_compare_dgl_sigterm_while_writing_waits_for_the_files(tmp_path, monkeyp
     assert "compare.json" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("matplotlib", ["installed", "missing"])
+def test_compare_dgl_lists_only_the_files_it_wrote(matplotlib, tmp_path, monkeypatch, capsys):
+    compare = load_script("compare_dgl")
+    out = tmp_path / "cmp"
+    args = compare.parse_args(["--graphs", "small", "--device", "cpu", "--out", str(out)])
+    row = {"graph": "small", "model": "sage", "variant": "csr-relu", "epoch_ms": 5.0,
+           "peak_gib": None, "cuda_graph": False, "device": "cpu", "amdahl_limit": 1.5}
+    rows = [row, dict(row, variant="maxk-k8", epoch_ms=4.0, speedup=1.25)]
+    if matplotlib == "missing":
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # its import raises ImportError
+    out.mkdir()
+    compare.write_outputs(out, {}, args, rows)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["compare.json", "compare.md"] + (["compare.png"] if matplotlib ==
+                                                      "installed" else [])
+    (listed,) = [line for line in capsys.readouterr().out.splitlines()
+                 if line.startswith("wrote ")]
+    assert listed == "wrote " + ", ".join(str(out / name) for name in files)
+
+
+def test_reproduce_without_matplotlib_writes_and_lists_the_rest(script_main, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # its import raises ImportError
+    out = tmp_path / "out"
+    result = script_main("reproduce", "--configs", QUICKSTART, "--k", "8", "--seeds", "1",
+                         "--device", "cpu", "--out", out, "--set", "train.epochs=2",
+                         "dataset.params.num_nodes=300")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["results.json", "results.md", "runs"]
+    assert f"wrote {out / 'results.md'}, {out / 'results.json'}\n" in result.stdout
+
+
 def test_reproduce_again_continues_its_runs(script_main, tmp_path):
     """The same command again resumes each run of the same config (nothing retrained, the
     same results); another config is a new run."""

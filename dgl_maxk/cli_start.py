@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import re
@@ -40,14 +41,15 @@ def handling_signals(handlers: dict):
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
-def _end_at_once(signum, frame):
-    os.write(2, f"{INTERRUPTED_BEFORE_TRAINING}\n".encode())
+def _end_at_once(line, signum, frame):
+    os.write(2, f"{line}\n".encode())
     os._exit(EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT)
 
 
-def signals_end_at_once():
-    """A block in which SIGINT and SIGTERM end the process at once: one line, 130 / 143."""
-    return handling_signals({signal.SIGINT: _end_at_once, signal.SIGTERM: _end_at_once})
+def signals_end_at_once(line=INTERRUPTED_BEFORE_TRAINING):
+    """A block in which SIGINT and SIGTERM end the process at once: ``line``, 130 / 143."""
+    end = functools.partial(_end_at_once, line)
+    return handling_signals({signal.SIGINT: end, signal.SIGTERM: end})
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,4 +1,5 @@
-"""The command line, end to end in subprocesses: ``python -m dgl_maxk ...``."""
+"""The command line: end to end in subprocesses (``python -m dgl_maxk ...``); its output,
+bad input and exit statuses in this process, through ``dgl_maxk.cli.main``."""
 from __future__ import annotations
 
 import builtins
@@ -25,13 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 
 
-def cli(*args, cwd=REPO, env=None, timeout=180):
-    full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep +
-                    os.environ.get("PYTHONPATH", ""), PYTHONWARNINGS="ignore",
-                    OMP_NUM_THREADS="1")
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "dgl_maxk", *map(str, args)], cwd=cwd,
-                          env=full_env, capture_output=True, text=True, timeout=timeout,
+def cli(*args):
+    """``python -m dgl_maxk *args``, run from the repository."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "dgl_maxk", *map(str, args)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=180,
                           stdin=subprocess.DEVNULL)
 
 
@@ -95,30 +95,6 @@ def test_progress_bar_per_seed_on_a_terminal_only(tmp_path, capsys, monkeypatch)
     assert cli_main([*map(str, TINY_RUN), "--out", str(tmp_path), "--no-progress"]) == 0
     assert sys.stderr.getvalue() == ""
     assert "== quickstart" in capsys.readouterr().out
-
-
-def test_bad_config_fails_before_any_work(tmp_path):
-    out = tmp_path / "runs"
-    for args, key in ((["--set", "model.k=128"], "model.k"),
-                      (["--set", "model.hiden=3"], "model.hiden"),
-                      (["--set", "dataset.name=mnist"], "dataset.name"),
-                      (["--set", "train.epochs=ten"], "train.epochs")):
-        r = cli("train", "--config", "configs/quickstart.yaml", *args, "--out", out)
-        assert r.returncode == 2, (args, r.stderr)
-        assert f"'{key}'" in r.stderr, (args, r.stderr)
-    assert run_dirs(out) == []
-
-
-def test_missing_dataset_fails_fast_with_layout(tmp_path):
-    out = tmp_path / "runs"
-    start = time.monotonic()
-    r = cli("train", "--config", "configs/reddit_sage.yaml", "--out", out,
-            env={"DGL_MAXK_DATA": str(tmp_path / "nodata")})
-    assert time.monotonic() - start < 60
-    assert r.returncode == 3, r.stderr
-    assert str(tmp_path / "nodata" / "reddit_69f818f5") in r.stderr
-    assert "reddit_graph.npz" in r.stderr and "reddit_data.npz" in r.stderr
-    assert run_dirs(out) == []
 
 
 # Mini-batch runs resume to the same result too: DGL's sampler is reseeded per epoch, and is
@@ -185,6 +161,48 @@ def one_line_error(err):
     return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err
 
 
+def test_bad_config_fails_before_any_work(tmp_path, capsys):
+    out = tmp_path / "runs"
+    for args, key in ((["--set", "model.k=128"], "model.k"),
+                      (["--set", "model.hiden=3"], "model.hiden"),
+                      (["--set", "dataset.name=mnist"], "dataset.name"),
+                      (["--set", "train.epochs=ten"], "train.epochs")):
+        code, err = run_main(["train", "--config", QUICKSTART, *args, "--out", out], capsys)
+        assert code == 2, (args, err)
+        assert f"'{key}'" in err, (args, err)
+    assert run_dirs(out) == []
+
+
+def test_missing_dataset_fails_fast_with_layout(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "runs"
+    monkeypatch.setenv("DGL_MAXK_DATA", str(tmp_path / "nodata"))
+    start = time.monotonic()
+    code, err = run_main(["train", "--config", REPO / "configs" / "reddit_sage.yaml", "--out",
+                          out], capsys)
+    assert time.monotonic() - start < 60
+    assert code == 3, err
+    assert str(tmp_path / "nodata" / "reddit_69f818f5") in err
+    assert "reddit_graph.npz" in err and "reddit_data.npz" in err
+    assert run_dirs(out) == []
+
+
+def test_unreadable_config_files(tmp_path, capsys):
+    binary = tmp_path / "weights.yaml"
+    binary.write_bytes(bytes([0x80, 0]) + random.randbytes(200))
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("name: r\xe9sum\xe9\n".encode("latin-1"))
+    for config, problem in ((tmp_path, f"{tmp_path} is a directory"),
+                            (binary, "weights.yaml is not a text file"),
+                            (latin1, "latin1.yaml is not a text file")):
+        code, err = run_main(["train", "--config", config, "--out", tmp_path / "runs"], capsys)
+        assert code == 2 and "Traceback" not in err, err
+        assert err.startswith("error: ") and problem in err, err
+    assert run_dirs(tmp_path / "runs") == []
+    code = cli_main(["validate", str(tmp_path), str(QUICKSTART)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "is a directory" in err and ": ok" in out
+
+
 @pytest.mark.parametrize("args, named", [
     (["--threads", "-3"], "--threads"),
     (["--threads", "0"], "--threads"),
@@ -249,22 +267,6 @@ def test_unusable_out_directory(tmp_path, capsys, monkeypatch):
         assert code == 2 and one_line_error(err), err
         assert f"--out {out}" in err and problem in err, err
     assert list(read_only.iterdir()) == []
-
-
-def test_unreadable_config_files(tmp_path):
-    binary = tmp_path / "weights.yaml"
-    binary.write_bytes(bytes([0x80, 0]) + random.randbytes(200))
-    latin1 = tmp_path / "latin1.yaml"
-    latin1.write_bytes("name: r\xe9sum\xe9\n".encode("latin-1"))
-    for config, problem in ((tmp_path, f"{tmp_path} is a directory"),
-                            (binary, "weights.yaml is not a text file"),
-                            (latin1, "latin1.yaml is not a text file")):
-        r = cli("train", "--config", config, "--out", tmp_path / "runs")
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert r.stderr.startswith("error: ") and problem in r.stderr, r.stderr
-    assert run_dirs(tmp_path / "runs") == []
-    r = cli("validate", tmp_path, QUICKSTART)
-    assert r.returncode == 2 and "is a directory" in r.stderr and ": ok" in r.stdout
 
 
 # --------------------------------------------------------------------------- exit codes

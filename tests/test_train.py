@@ -785,7 +785,7 @@ import dgl_maxk
 from dgl_maxk import training as T
 cfg = T.validate_config(json.loads(sys.argv[1]))
 try:
-    T.run_experiment(cfg, device="cpu", out=sys.argv[2], progress=False)
+    T.run_experiment(cfg, device="cpu", out=sys.argv[2], progress=False, verbose=True)
 except T.RunInterrupted as err:
     print("INTERRUPTED", err.run_dir, err.signal_name, flush=True)
     sys.exit(4)

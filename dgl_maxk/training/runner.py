@@ -218,12 +218,12 @@ def load_datasets(variants: dict, cache: dict | None = None):
         if key in loaded:
             continue
         if key in cache:
-            loaded[key] = f"dataset {d['name']}: {cache[key].summary()} (loaded before)"
+            loaded[key] = f"dataset {d['name']}: {cache[key].describe()} (loaded before)"
             continue
         t0 = time.perf_counter()
         cache[key] = _data.load_dataset(d["name"], root=d["root"], self_loops=d["self_loops"],
                                         **d["params"])
-        loaded[key] = (f"dataset {d['name']}: {cache[key].summary()} "
+        loaded[key] = (f"dataset {d['name']}: {cache[key].describe()} "
                        f"(loaded in {time.perf_counter() - t0:.1f} s)")
     return cache, list(loaded.values())
 

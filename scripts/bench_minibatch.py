@@ -62,8 +62,8 @@ def build_parser():
                         help="the trainer's sampling.cuda_graph: on replays the device "
                              "sampler's full batches from a CUDA graph over padded blocks; "
                              "off runs them eagerly under DDP; auto (the trainer's default) "
-                             "graphs MaxK in one process; give several to time them side by "
-                             "side")
+                             "graphs every model in one process; give several to time them side "
+                             "by side")
     parser.add_argument("--gpus", type=positive_int, nargs="+", default=[1, 2],
                         help="process counts to time (with --device cpu: CPU processes)")
     parser.add_argument("--steps", type=positive_int, default=40,
@@ -183,9 +183,8 @@ def time_variants(rank, world, device, args, queue):
             model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
                                 k=k or 32, dropout=0.5, padded_input=True,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
-            graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
-                                         device=device, sampler=sampler, world=world,
-                                         fanouts=args.fanouts)
+            graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], device=device,
+                                         sampler=sampler, world=world, fanouts=args.fanouts)
             if not graphed:  # as the trainer: DDP, unless the step is graphed
                 model = distributed.data_parallel(model, device)
             sampling = {"sampler": sampler, "fanouts": args.fanouts,
@@ -377,7 +376,7 @@ def markdown_table(results, args) -> str:
         def same(o, **kw):
             return (o["sampler"] == r["sampler"] and o["cuda_graph"] == r["cuda_graph"]
                     and all(o[k] == v for k, v in kw.items()))
-        # scaling compares like steps (auto graphs MaxK on one GPU, not under DDP)
+        # scaling compares like steps (auto graphs on one GPU, not under DDP)
         one = next((o for o in results
                     if same(o, variant=r["variant"], gpus=1, step=r["step"])), None)
         relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)

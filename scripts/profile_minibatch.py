@@ -282,9 +282,8 @@ def profile(args) -> int:
             phases = phase_pass(model, graph, train_idx, feats, labels, device, args)
             traces = {}
             for mode in args.cuda_graph:
-                graphed = resolve_cuda_graph(GRAPH_SETTINGS[mode], maxk=k is not None,
-                                             device=device, sampler="device", world=1,
-                                             fanouts=args.fanouts)
+                graphed = resolve_cuda_graph(GRAPH_SETTINGS[mode], device=device,
+                                             sampler="device", world=1, fanouts=args.fanouts)
                 traces[mode] = trace_pass(model, graph, train_idx, feats, labels, device,
                                           args, graphed)
             print_variant(variant, phases, traces)

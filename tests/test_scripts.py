@@ -362,7 +362,7 @@ def test_without_gpu_the_scripts_say_what_to_run(script_main, tmp_path):
 
 def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
     """DGL's blocks run eagerly whatever --cuda-graph says: one arm, not one per mode; and
-    "scaling vs 1 GPU" compares like steps only (auto graphs MaxK on one GPU, not under DDP)."""
+    "scaling vs 1 GPU" compares like steps only (auto graphs on one GPU, not under DDP)."""
     bench = load_script("bench_minibatch")
     args = bench.parse_args(["--samplers", "device", "dgl", "--cuda-graph", "on", "auto", "off",
                              "--device", "cpu", "--breakdown"])

@@ -55,8 +55,8 @@ def graphed_minibatch(cfg: dict, device, world: int) -> bool:
     ``sampling.cuda_graph`` resolved for this model, device and process count."""
     sampling = cfg["sampling"]
     return cfg["mode"] == "minibatch" and resolve_cuda_graph(
-        sampling["cuda_graph"], maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
-        sampler=sampling["sampler"], world=world, fanouts=sampling["fanouts"])
+        sampling["cuda_graph"], device=device, sampler=sampling["sampler"], world=world,
+        fanouts=sampling["fanouts"])
 
 
 class _SeedRun:

@@ -86,6 +86,14 @@ def one_of(choices):
     return check
 
 
+def add_precision_argument(parser, scope: str):
+    """``--precision`` of a script (checked with ``one_of(PRECISIONS)`` once dgl_maxk is
+    loaded), applied to ``scope`` ("every arm", ...)."""
+    parser.add_argument("--precision", default="tf32",
+                        help=f"for {scope}: fp32, tf32 (TF32 matmuls; the paper's, default) "
+                             "or bf16 (TF32 plus bfloat16 autocast)")
+
+
 def pyplot():
     """``matplotlib.pyplot`` drawing to files, or None after a line saying that no plot is
     drawn."""

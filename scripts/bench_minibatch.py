@@ -38,8 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
 from _common import (GRAPH_SETTINGS, VARIANT_RULE, Parser,  # noqa: E402
-                     add_graph_and_model_arguments, checked, one_of, positive_int, run_script,
-                     variant_k, variant_name)
+                     add_graph_and_model_arguments, add_precision_argument, checked, one_of,
+                     positive_int, run_script, variant_k, variant_name)
 
 
 def build_parser():
@@ -75,9 +75,7 @@ def build_parser():
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/minibatch")
-    parser.add_argument("--precision", default="tf32",
-                        help="for every variant: fp32, tf32 (TF32 matmuls; the paper's, "
-                             "default) or bf16 (TF32 plus bfloat16 autocast)")
+    add_precision_argument(parser, "every variant")
     return parser
 
 

@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
-from _common import (Parser, checked, device_name, one_of, positive_int,  # noqa: E402
-                     pyplot, run_script)
+from _common import (Parser, add_precision_argument, checked, device_name, one_of,  # noqa: E402
+                     positive_int, pyplot, run_script)
 
 # name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
 GRAPHS = {
@@ -82,9 +82,7 @@ def build_parser():
     parser.add_argument("--profile", action="store_true", help="add a per-operation breakdown")
     parser.add_argument("--out", default="runs/compare", help="output directory")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precision", default="tf32",
-                        help="for every arm: fp32, tf32 (TF32 matmuls; the paper's, default) "
-                             "or bf16 (TF32 plus bfloat16 autocast)")
+    add_precision_argument(parser, "every arm")
     return parser
 
 

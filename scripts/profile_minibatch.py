@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
 from _common import (GRAPH_SETTINGS, Parser, add_graph_and_model_arguments,  # noqa: E402
-                     checked, one_of, positive_int, run_script, variant_k, variant_name)
+                     add_precision_argument, checked, one_of, positive_int, run_script,
+                     variant_k, variant_name)
 
 
 def build_parser():
@@ -44,7 +45,7 @@ def build_parser():
     parser.add_argument("--steps", type=positive_int, default=20)
     parser.add_argument("--warmup", type=positive_int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precision", default="tf32", help="fp32, tf32 (default) or bf16")
+    add_precision_argument(parser, "every variant")
     parser.add_argument("--out", default="runs/profile")
     return parser
 

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
-from _common import (Parser, checked, device_name, one_of, positive_int,  # noqa: E402
-                     pyplot, run_script, seeds_argument)
+from _common import (Parser, add_precision_argument, checked, device_name, one_of,  # noqa: E402
+                     positive_int, pyplot, run_script, seeds_argument)
 
 
 def build_parser():
@@ -54,9 +54,7 @@ def build_parser():
     p.add_argument("--restart-corrupt", action="store_true",
                    help="when continuing runs: restart a seed whose checkpoint cannot be read "
                         "(as python -m dgl_maxk train --resume --restart-corrupt)")
-    p.add_argument("--precision", default="tf32",
-                   help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
-                        "paper's, default) or bf16 (TF32 plus bfloat16 autocast)")
+    add_precision_argument(p, "every run (its train.precision)")
     return p
 
 

@@ -30,17 +30,17 @@ import torch
 
 from . import envinfo
 from .cli_start import (EXIT_CONFIG, EXIT_DATA, EXIT_DIVERGED, EXIT_OK, EXIT_SIGINT,
-                        EXIT_SIGTERM, EXIT_STOPPED, INTERRUPTED_BEFORE_TRAINING, Parser,
-                        build_parser, device_name, handling_signals, positive_int,
-                        seeds_argument)
+                        EXIT_SIGTERM, EXIT_STOPPED, INTERRUPTED_BEFORE_TRAINING,
+                        build_parser, device_name, handling_signals)
 from .data import DatasetError, data_root, dataset_names, layout
 from .training import (CheckpointError, ConfigError, RunInterrupted, TrainingDiverged,
                        load_config, run_experiment)
 from .training.config import TrainConfig, resolve_key
 
-#: what the scripts take from here, so that they fail as the command line does
+#: what the scripts take from here, so that they fail as the command line does (their
+#: parsers' argument types are cli_start's, taken before torch and DGL load)
 __all__ = ["main", "run", "run_command", "known_failure", "flag_error", "measure_then_write",
-           "check_out_dir", "device_argument", "Parser", "positive_int", "seeds_argument"]
+           "check_out_dir", "device_argument"]
 
 
 class _Terminated(KeyboardInterrupt):
@@ -205,7 +205,8 @@ def _train(args) -> int:
     results = run_experiment(cfg, device=args.device, out=args.out, resume=args.resume,
                              stop_after_epochs=args.stop_after_epochs,
                              time_limit=args.time_limit, progress=not args.no_progress,
-                             quiet=args.quiet, restart_corrupt=args.restart_corrupt)
+                             quiet=args.quiet, verbose=args.verbose,
+                             restart_corrupt=args.restart_corrupt)
     if results["complete"]:
         return EXIT_OK
     print(f"stopped before finishing; {_resume_hint(results['run_dir'])}", file=sys.stderr)

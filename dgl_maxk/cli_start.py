@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import re
@@ -40,14 +41,15 @@ def handling_signals(handlers: dict):
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
-def _end_at_once(signum, frame):
-    os.write(2, f"{INTERRUPTED_BEFORE_TRAINING}\n".encode())
+def _end_at_once(line, signum, frame):
+    os.write(2, f"{line}\n".encode())
     os._exit(EXIT_SIGTERM if signum == signal.SIGTERM else EXIT_SIGINT)
 
 
-def signals_end_at_once():
-    """A block in which SIGINT and SIGTERM end the process at once: one line, 130 / 143."""
-    return handling_signals({signal.SIGINT: _end_at_once, signal.SIGTERM: _end_at_once})
+def signals_end_at_once(line=INTERRUPTED_BEFORE_TRAINING):
+    """A block in which SIGINT and SIGTERM end the process at once: ``line``, 130 / 143."""
+    end = functools.partial(_end_at_once, line)
+    return handling_signals({signal.SIGINT: end, signal.SIGTERM: end})
 
 
 class Parser(argparse.ArgumentParser):
@@ -144,9 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--time-limit", type=_positive_seconds, default=None,
                        metavar="SECONDS",
                        help="stop (resumably) at the first epoch end after SECONDS")
-    train.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    train.add_argument("--quiet", action="store_true",
-                       help="no per-epoch lines on stdout (log.txt still has them)")
+    train.add_argument("--no-progress", action="store_true",
+                       help="no progress bars (drawn on stderr when it is a terminal)")
+    lines = train.add_mutually_exclusive_group()
+    lines.add_argument("--verbose", action="store_true",
+                       help="print the per-epoch lines too (log.txt always has them)")
+    lines.add_argument("--quiet", action="store_true",
+                       help="print only warnings and the final scores (log.txt has the rest)")
     train.add_argument("--threads", type=positive_int, default=None,
                        help="torch CPU threads (torch.set_num_threads)")
 

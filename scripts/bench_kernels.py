@@ -51,17 +51,8 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import Parser, measure_then_write, positive_int, run_command  # noqa: E402
-from dgl_maxk.backends import cuda, reference  # noqa: E402
-from dgl_maxk.backends.cuda import launch  # noqa: E402
-from dgl_maxk.data import power_law_csr  # noqa: E402
-from dgl_maxk.sparse import GraphPlan  # noqa: E402
-from dgl_maxk.training.checkpoint import signals_deferred  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import Parser, positive_int, run_script  # noqa: E402
 
 # nodes, edges, max in-degree (Reddit's is about 51k; products' natural draw is ~13k)
 GRAPHS = {
@@ -69,12 +60,75 @@ GRAPHS = {
     "products": (2_449_029, 123_718_280, None),
     "tiny": (1_000, 20_000, None),
 }
+
+
+def graph_list(text: str) -> str:
+    """``--graphs``: names of :data:`GRAPHS` or NODES:EDGES, comma-separated, for argparse."""
+    for name in text.split(","):
+        sizes = name.split(":")
+        if name not in GRAPHS and not (len(sizes) == 2 and all(s.isdigit() and int(s) > 0
+                                                                 for s in sizes)):
+            raise argparse.ArgumentTypeError(f"{name!r} is neither a graph of "
+                                             f"{sorted(GRAPHS)} nor NODES:EDGES")
+    return text
+
+
+def k_list(text: str) -> str:
+    """``--ks``: positive integers, comma-separated, for argparse."""
+    for k in text.split(","):
+        positive_int(k)
+    return text
+
+
+def build_parser():
+    """The command line, on the standard library alone (:func:`parse_args` checks the rest)."""
+    p = Parser(description=__doc__.split("\n")[0])
+    p.add_argument("--graphs", type=graph_list, default="reddit,products",
+                   help="comma list of reddit, products, tiny, or NODES:EDGES")
+    p.add_argument("--d", type=positive_int, default=256)
+    p.add_argument("--ks", type=k_list, default="8,16,32,64", help="comma list, each <= --d")
+    p.add_argument("--reps", type=positive_int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--tune", action="store_true",
+                   help="also time kernel variants and edge-group sizes on the first graph")
+    p.add_argument("--tune-only", action="store_true",
+                   help="with --tune: skip the main table (faster)")
+    p.add_argument("--out", default=None, help="JSON output path")
+    return p
+
+
+if __name__ == "__main__":  # before torch and DGL load: see _common.py
+    sys.exit(run_script(__file__, build_parser))
+
+import torch  # noqa: E402
+
+from dgl_maxk import envinfo  # noqa: E402
+from dgl_maxk.cli import measure_then_write, run_command  # noqa: E402
+from dgl_maxk.backends import cuda, reference  # noqa: E402
+from dgl_maxk.backends.cuda import launch  # noqa: E402
+from dgl_maxk.data import power_law_csr  # noqa: E402
+from dgl_maxk.sparse import GraphPlan  # noqa: E402
+from dgl_maxk.training.checkpoint import signals_deferred  # noqa: E402
+
 #: the CPU smoke test's arguments (the reference path on a tiny graph: seconds, not the
 #: many minutes of the default, Reddit- and products-sized graphs on a CPU)
 CPU_SMOKE_ARGS = "--device cpu --graphs tiny --reps 3"
 # (key prefix, name in the tables) of the kernels set against their floors, in table order
 FLOOR_KERNELS = (("fwd", "forward"), ("bwd", "backward"), ("topk", "top-k"),
                  ("sddmm", "sddmm"))
+
+
+def parse_args(argv):
+    """The arguments, checked before any work."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    if max(int(k) for k in args.ks.split(",")) > args.d:
+        p.error(f"argument --ks: every k must be <= --d {args.d}, got {args.ks}")
+    if args.device == "cuda" and not cuda.available():
+        p.error(f"no CUDA GPU with CuPy: for a smoke test on the CPU, pass {CPU_SMOKE_ARGS}")
+    return args
 
 
 def timer(fn, reps, warmup, flush, device):
@@ -142,45 +196,8 @@ def l2_bandwidth(device, reps, nbytes=16 << 20, passes=64):
     return passes * nbytes / (ms * 1e-3) / 1e9
 
 
-def graph_list(text: str) -> str:
-    """``--graphs``: names of :data:`GRAPHS` or NODES:EDGES, comma-separated, for argparse."""
-    for name in text.split(","):
-        sizes = name.split(":")
-        if name not in GRAPHS and not (len(sizes) == 2 and all(s.isdigit() and int(s) > 0
-                                                                 for s in sizes)):
-            raise argparse.ArgumentTypeError(f"{name!r} is neither a graph of "
-                                             f"{sorted(GRAPHS)} nor NODES:EDGES")
-    return text
 
 
-def k_list(text: str) -> str:
-    """``--ks``: positive integers, comma-separated, for argparse."""
-    for k in text.split(","):
-        positive_int(k)
-    return text
-
-
-def parse_args(argv):
-    p = Parser(description=__doc__.split("\n")[0])
-    p.add_argument("--graphs", type=graph_list, default="reddit,products",
-                   help="comma list of reddit, products, tiny, or NODES:EDGES")
-    p.add_argument("--d", type=positive_int, default=256)
-    p.add_argument("--ks", type=k_list, default="8,16,32,64", help="comma list, each <= --d")
-    p.add_argument("--reps", type=positive_int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--tune", action="store_true",
-                   help="also time kernel variants and edge-group sizes on the first graph")
-    p.add_argument("--tune-only", action="store_true",
-                   help="with --tune: skip the main table (faster)")
-    p.add_argument("--out", default=None, help="JSON output path")
-    args = p.parse_args(argv)
-    if max(int(k) for k in args.ks.split(",")) > args.d:
-        p.error(f"argument --ks: every k must be <= --d {args.d}, got {args.ks}")
-    if args.device == "cuda" and not cuda.available():
-        p.error(f"no CUDA GPU with CuPy: for a smoke test on the CPU, pass {CPU_SMOKE_ARGS}")
-    return args
 
 
 def build_graph(gname, seed, device):
@@ -517,6 +534,3 @@ def tune(plan, h, dy, d, args, flush, device):
             f"k={k}: fwd {f:.3f} bwd {b:.3f}" for k, (f, b) in row.items()), flush=True)
     return out
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -38,22 +38,72 @@ status 130 or 143).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import queue as queues
-import re
 import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.multiprocessing as mp
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import (GRAPH_SETTINGS, GRAPHS, VARIANT_RULE, Parser,  # noqa: E402
+                     add_graph_and_model_arguments, add_precision_argument, checked,
+                     graph_defaults, one_of, positive_int, run_script, variant_k,
+                     variant_name)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+def build_parser():
+    """The command line, on the standard library alone (:func:`parse_args` checks the rest)."""
+    parser = Parser(description=__doc__.split("\n")[0])
+    add_graph_and_model_arguments(parser)
+    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5],
+                        help="one per layer, input layer first (-1: all neighbours)")
+    parser.add_argument("--batch-size", type=positive_int, default=1024)
+    parser.add_argument("--variants", type=variant_name, nargs="+",
+                        default=["relu", "maxk-k8", "maxk-k32"], help=VARIANT_RULE)
+    parser.add_argument("--samplers", nargs="+",
+                        help="device: dgl_maxk's sampler on the GPU, ahead of the step; dgl: "
+                             "DGL's NeighborSampler on the CPU (default: both, side by side; "
+                             "papers100m-sized: device)")
+    parser.add_argument("--feature-memory", nargs="+", choices=("device", "host"),
+                        default=["device"],
+                        help="where the features stay: device, or host (pinned host memory "
+                             "read by the GPU directly, as sampling.features: host); give "
+                             "both to time them side by side")
+    parser.add_argument("--prefetch", type=int, default=None,
+                        help="batches the device sampler prepares ahead (default: the "
+                             "trainer's, 1 on a GPU, 0 on a CPU)")
+    parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
+                        default=["auto"],
+                        help="the trainer's sampling.cuda_graph: on replays the device "
+                             "sampler's full batches from a CUDA graph over padded blocks; "
+                             "off runs them eagerly under DDP; auto (the trainer's default) "
+                             "graphs every model in one process; give several to time them side "
+                             "by side")
+    parser.add_argument("--gpus", type=positive_int, nargs="+", default=[1, 2],
+                        help="process counts to time (with --device cpu: CPU processes)")
+    parser.add_argument("--steps", type=positive_int, default=40,
+                        help="timed steps per process")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="a second pass of --steps steps, synchronising at phase "
+                             "boundaries to split the time")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/minibatch")
+    add_precision_argument(parser, "every variant")
+    return parser
+
+
+if __name__ == "__main__":  # before torch and DGL load: see _common.py
+    sys.exit(run_script(__file__, build_parser))
+
+import torch  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import (Parser, check_out_dir, flag_error,  # noqa: E402
-                          measure_then_write, positive_int, run_command)
+from dgl_maxk.cli import (check_out_dir, flag_error, measure_then_write,  # noqa: E402
+                          run_command)
 from dgl_maxk.data import load_dataset  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
@@ -69,16 +119,6 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 
-#: Each --graph's sizes (nodes, mean in-degree, feature width, classes and the training
-#: seeds' share) and samplers: the flags' defaults; and its dataset.
-GRAPHS = {
-    "products-sized": dict(nodes=2_449_029, degree=123_718_280 / 2_449_029, features=100,
-                           classes=47, train_fraction=0.08, samplers=list(SAMPLERS),
-                           dataset="powerlaw"),
-    "papers100m-sized": dict(nodes=111_059_956, degree=1_615_685_872 / 111_059_956,
-                             features=128, classes=172, train_fraction=1_207_179 / 111_059_956,
-                             samplers=["device"], dataset="papers100m-sized"),
-}
 #: papers100M's validation and test shares (the papers100m-sized dataset's splits).
 PAPERS_EVAL_SHARES = {"num_valid": 125_265 / 111_059_956, "num_test": 214_338 / 111_059_956}
 
@@ -205,9 +245,8 @@ def time_arm(args, world, device, graph, device_graph, feats, labels, train_idx,
     model = build_model("sage", args.features, args.hidden, args.classes, args.layers,
                         k=k or 32, dropout=0.5, padded_input=True,
                         nonlinearity="relu" if k is None else "maxk").to(device)
-    graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], maxk=k is not None,
-                                 device=device, sampler=sampler, world=world,
-                                 fanouts=args.fanouts)
+    graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], device=device, sampler=sampler,
+                                 world=world, fanouts=args.fanouts)
     if not graphed:  # as the trainer: DDP, unless the step is graphed
         model = distributed.data_parallel(model, device)
     sampling = {"sampler": sampler, "fanouts": args.fanouts, "batch_size": args.batch_size,
@@ -222,23 +261,6 @@ def time_arm(args, world, device, graph, device_graph, feats, labels, train_idx,
                  seeds_total=seeds * world,
                  peak_gpu_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None)
     return stats
-
-
-#: --cuda-graph's modes as sampling.cuda_graph settings
-GRAPH_SETTINGS = {"off": False, "auto": "auto", "on": True}
-VARIANT_RULE = "relu, or maxk-k<K> for MaxK keeping K of the hidden entries (e.g. maxk-k32)"
-
-
-def variant_name(text: str) -> str:
-    """``--variants``: a name :func:`variant_k` reads, for argparse."""
-    if text != "relu" and not re.fullmatch(r"maxk-k[1-9][0-9]*", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a variant: {VARIANT_RULE}")
-    return text
-
-
-def variant_k(name: str) -> int | None:
-    """The k of a variant's MaxK (None: ReLU)."""
-    return None if name == "relu" else int(name.removeprefix("maxk-k"))
 
 
 #: the config keys that the flags fill (each of --variants sets ``model.k``)
@@ -268,73 +290,12 @@ def as_config(args) -> dict:
             "train": {"precision": args.precision}, "variants": variants}
 
 
-def add_graph_and_model_arguments(parser):
-    """--graph, its sizes and the SAGE model's flags (profile_minibatch.py's too); sizes left
-    out take --graph's (:func:`graph_defaults`)."""
-    parser.add_argument("--graph", choices=tuple(GRAPHS), default="products-sized",
-                        help="products-sized: the powerlaw dataset at ogbn-products' size "
-                             "(default); papers100m-sized: the papers100m-sized dataset, built "
-                             "on the GPU (device sampler only)")
-    sizes = "(default: --graph's)"
-    parser.add_argument("--nodes", type=positive_int, help=sizes)
-    parser.add_argument("--degree", type=float, help=f"mean in-degree {sizes}")
-    parser.add_argument("--features", type=positive_int, help=f"feature width {sizes}")
-    parser.add_argument("--classes", type=int, help=sizes)
-    parser.add_argument("--train-fraction", type=float, help=sizes)
-    parser.add_argument("--hidden", type=positive_int, default=256)
-    parser.add_argument("--layers", type=positive_int, default=3)
-
-
-def graph_defaults(args):
-    """``args`` with the sizes and samplers left out set to --graph's."""
-    for key, value in GRAPHS[args.graph].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    return args
-
-
 def parse_args(argv=None):
-    parser = Parser(description=__doc__.split("\n")[0])
-    add_graph_and_model_arguments(parser)
-    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5],
-                        help="one per layer, input layer first (-1: all neighbours)")
-    parser.add_argument("--batch-size", type=positive_int, default=1024)
-    parser.add_argument("--variants", type=variant_name, nargs="+",
-                        default=["relu", "maxk-k8", "maxk-k32"], help=VARIANT_RULE)
-    parser.add_argument("--samplers", nargs="+", choices=SAMPLERS,
-                        help="device: dgl_maxk's sampler on the GPU, ahead of the step; dgl: "
-                             "DGL's NeighborSampler on the CPU (default: both, side by side; "
-                             "papers100m-sized: device)")
-    parser.add_argument("--feature-memory", nargs="+", choices=("device", "host"),
-                        default=["device"],
-                        help="where the features stay: device, or host (pinned host memory "
-                             "read by the GPU directly, as sampling.features: host); give "
-                             "both to time them side by side")
-    parser.add_argument("--prefetch", type=int, default=None,
-                        help="batches the device sampler prepares ahead (default: the "
-                             "trainer's, 1 on a GPU, 0 on a CPU)")
-    parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
-                        default=["auto"],
-                        help="the trainer's sampling.cuda_graph: on replays the device "
-                             "sampler's full batches from a CUDA graph over padded blocks; "
-                             "off runs them eagerly under DDP; auto (the trainer's default) "
-                             "graphs MaxK in one process; give several to time them side by "
-                             "side")
-    parser.add_argument("--gpus", type=positive_int, nargs="+", default=[1, 2],
-                        help="process counts to time (with --device cpu: CPU processes)")
-    parser.add_argument("--steps", type=positive_int, default=40,
-                        help="timed steps per process")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--breakdown", action="store_true",
-                        help="a second pass of --steps steps, synchronising at phase "
-                             "boundaries to split the time")
-    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/minibatch")
-    parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
-                        help="for every variant: fp32, tf32 (TF32 matmuls; the paper's, "
-                             "default) or bf16 (TF32 plus bfloat16 autocast)")
+    """The arguments, checked before any process starts."""
+    parser = build_parser()
     args = graph_defaults(parser.parse_args(argv))
+    checked(parser, "--samplers", one_of(SAMPLERS), args.samplers)
+    checked(parser, "--precision", one_of(PRECISIONS), args.precision)
     problem = argument_problem(args)
     if problem:
         parser.error(problem)
@@ -485,7 +446,7 @@ def markdown_table(results, args) -> str:
             return (o["sampler"] == r["sampler"] and o["cuda_graph"] == r["cuda_graph"]
                     and o["features"] == r["features"]
                     and all(o[k] == v for k, v in kw.items()))
-        # scaling compares like steps (auto graphs MaxK on one GPU, not under DDP)
+        # scaling compares like steps (auto graphs on one GPU, not under DDP)
         one = next((o for o in results
                     if same(o, variant=r["variant"], gpus=1, step=r["step"])), None)
         relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)
@@ -544,7 +505,5 @@ def write_outputs(args, results, written, interrupted=False):
              "results": results}, indent=2))
         (out / "minibatch.md").write_text(table + "\n")
         written.append(out / "minibatch.json")
+    print(f"\nwrote {out / 'minibatch.json'}, {out / 'minibatch.md'}")
 
-
-if __name__ == "__main__":
-    sys.exit(main())

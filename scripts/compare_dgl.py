@@ -47,16 +47,57 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-import torch
-from torch.nn import functional as F
-from torch.profiler import ProfilerActivity, profile
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import (Parser, add_precision_argument, checked, device_name, one_of,  # noqa: E402
+                     positive_int, pyplot, run_script)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
+GRAPHS = {
+    "reddit-sized": (232_965, 114_615_892 / 232_965, 602, 41, 4),
+    "products-sized": (2_449_029, 123_718_280 / 2_449_029, 100, 47, 3),
+    "medium": (200_000, 40.0, 128, 47, 3),
+    "small": (20_000, 20.0, 64, 10, 2),
+}
+
+
+def build_parser():
+    """The command line, on the standard library alone (:func:`parse_args` checks the rest)."""
+    parser = Parser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graphs", nargs="+", default=["reddit-sized", "products-sized"],
+                        help=f"generated graphs {sorted(GRAPHS)} or dataset names in the data root")
+    parser.add_argument("--models", nargs="+", default=["sage", "gcn", "gin"],
+                        help="of sage, gcn and gin (default: all three)")
+    parser.add_argument("--ks", type=positive_int, nargs="+", default=[8, 16, 32, 64],
+                        help="MaxK's k values, each <= --hidden")
+    parser.add_argument("--hidden", type=positive_int, default=256)
+    parser.add_argument("--dropout", type=float, default=0.5, help="in [0, 1)")
+    parser.add_argument("--epochs", type=positive_int, default=10,
+                        help="timed epochs per run")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--device", type=device_name, default="auto",
+                        help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
+    parser.add_argument("--root", default=None, help="data root for real datasets")
+    parser.add_argument("--dgl-cpu-max-edges", type=float, default=5e6,
+                        help="skip stock DGL on the CPU for graphs with more edges")
+    parser.add_argument("--profile", action="store_true", help="add a per-operation breakdown")
+    parser.add_argument("--out", default="runs/compare", help="output directory")
+    parser.add_argument("--seed", type=int, default=0)
+    add_precision_argument(parser, "every arm")
+    return parser
+
+
+if __name__ == "__main__":  # before torch and DGL load: see _common.py
+    sys.exit(run_script(__file__, build_parser))
+
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
 import dgl_maxk  # noqa: E402
 from dgl_maxk import backends  # noqa: E402
 from dgl_maxk._dgl import dgl  # noqa: E402
-from dgl_maxk.cli import (Parser, check_out_dir, device_argument, flag_error,  # noqa: E402
-                          measure_then_write, positive_int, run_command)
+from dgl_maxk.cli import (check_out_dir, device_argument, flag_error,  # noqa: E402
+                          measure_then_write, run_command)
 from dgl_maxk.data import canonical_name, dataset_names, load_dataset  # noqa: E402
 from dgl_maxk.models import MODELS, aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, validate_config  # noqa: E402
@@ -66,14 +107,6 @@ from dgl_maxk.training.report import environment  # noqa: E402
 from dgl_maxk.training.precision import (MATMUL_PRECISION, PRECISIONS,  # noqa: E402
                                          precision_scope)
 from dgl_maxk.training.step import FullGraphStep, make_optimizer  # noqa: E402
-
-# name: (nodes, mean in-degree, input features, classes, layers) -- the paper's sizes.
-GRAPHS = {
-    "reddit-sized": (232_965, 114_615_892 / 232_965, 602, 41, 4),
-    "products-sized": (2_449_029, 123_718_280 / 2_449_029, 100, 47, 3),
-    "medium": (200_000, 40.0, 128, 47, 3),
-    "small": (20_000, 20.0, 64, 10, 2),
-}
 
 
 def load_graph(name, root, seed):
@@ -314,31 +347,13 @@ def as_config(args) -> dict:
 
 
 def parse_args(argv=None):
-    parser = Parser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graphs", nargs="+", type=graph_name,
-                        default=["reddit-sized", "products-sized"],
-                        help=f"generated graphs {sorted(GRAPHS)} or dataset names in the data root")
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS),
-                        default=["sage", "gcn", "gin"])
-    parser.add_argument("--ks", type=positive_int, nargs="+", default=[8, 16, 32, 64],
-                        help="MaxK's k values, each <= --hidden")
-    parser.add_argument("--hidden", type=positive_int, default=256)
-    parser.add_argument("--dropout", type=float, default=0.5, help="in [0, 1)")
-    parser.add_argument("--epochs", type=positive_int, default=10,
-                        help="timed epochs per run")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--device", type=device_argument, default="auto",
-                        help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
-    parser.add_argument("--root", default=None, help="data root for real datasets")
-    parser.add_argument("--dgl-cpu-max-edges", type=float, default=5e6,
-                        help="skip stock DGL on the CPU for graphs with more edges")
-    parser.add_argument("--profile", action="store_true", help="add a per-operation breakdown")
-    parser.add_argument("--out", default="runs/compare", help="output directory")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precision", choices=PRECISIONS, default="tf32",
-                        help="for every arm: fp32, tf32 (TF32 matmuls; the paper's, default) "
-                             "or bf16 (TF32 plus bfloat16 autocast)")
+    """The arguments, checked (the config's checks too) before any work."""
+    parser = build_parser()
     args = parser.parse_args(argv)
+    args.graphs = checked(parser, "--graphs", graph_name, args.graphs)
+    checked(parser, "--models", one_of(sorted(MODELS)), args.models)
+    checked(parser, "--device", device_argument, args.device)
+    checked(parser, "--precision", one_of(PRECISIONS), args.precision)
     try:
         validate_config(as_config(args))
         check_out_dir(Path(args.out))
@@ -422,9 +437,10 @@ def run(args, written=None):
 
 
 def write_outputs(out, env, args, results, interrupted=False, written=None):
-    """compare.json, compare.md and compare.png (``interrupted``: the arms measured before a
-    Ctrl-C, said in both files), then compare.json appended to ``written``; a Ctrl-C or
-    SIGTERM meanwhile waits until all that is done."""
+    """compare.json, compare.md and compare.png where matplotlib is installed
+    (``interrupted``: the arms measured before a Ctrl-C, said in both files), then
+    compare.json appended to ``written``; a Ctrl-C or SIGTERM meanwhile waits until all that
+    is done."""
     table = markdown_table(results, args.precision)
     if interrupted:
         table = "Interrupted: the arms measured before Ctrl-C (or SIGTERM) only.\n\n" + table
@@ -434,10 +450,12 @@ def write_outputs(out, env, args, results, interrupted=False, written=None):
             {"environment": env, "args": vars(args), "interrupted": interrupted,
              "results": results}, indent=2))
         (out / "compare.md").write_text(table + "\n")
-        plot(results, out / "compare.png")
+        files = [out / "compare.json", out / "compare.md"]
+        if plot(results, out / "compare.png"):
+            files.append(out / "compare.png")
         if written is not None:
             written.append(out / "compare.json")
-    print(f"\nwrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+    print(f"\nwrote {', '.join(map(str, files))}")
 
 
 def load_case(graph_name, setup) -> GraphCase:
@@ -564,14 +582,11 @@ def markdown_table(results, precision):
     return "\n".join(lines)
 
 
-def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install 'dgl_maxk[plot]')")
-        return
+def plot(results, path) -> bool:
+    """Whether the plot was drawn into ``path`` (not without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return False
     timed = [r for r in results if "epoch_ms" in r]
     graphs = list(dict.fromkeys(r["graph"] for r in timed))
     models = list(dict.fromkeys(r["model"] for r in timed))
@@ -596,7 +611,6 @@ def plot(results, path):
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
-
-if __name__ == "__main__":
-    sys.exit(main())

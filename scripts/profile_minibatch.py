@@ -19,7 +19,6 @@ Prints a table per variant and writes ``profile_minibatch.json`` under ``--out``
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import re
@@ -27,14 +26,38 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import (GRAPH_SETTINGS, Parser, add_graph_and_model_arguments,  # noqa: E402
+                     add_precision_argument, checked, graph_defaults, one_of, positive_int,
+                     run_script, variant_k, variant_name)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_minibatch import (GRAPH_SETTINGS, add_graph_and_model_arguments,  # noqa: E402
-                             build_data, graph_defaults, variant_k, variant_name)
+
+def build_parser():
+    """The command line, on the standard library alone (:func:`parse_args` checks the rest)."""
+    parser = Parser(description=__doc__.split("\n")[0])
+    add_graph_and_model_arguments(parser)
+    parser.add_argument("--fanouts", type=positive_int, nargs="+", default=[15, 10, 5])
+    parser.add_argument("--batch-size", type=positive_int, default=1024)
+    parser.add_argument("--variants", type=variant_name, nargs="+",
+                        default=["relu", "maxk-k8", "maxk-k32"])
+    parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
+                        default=["off", "auto"])
+    parser.add_argument("--steps", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=positive_int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    add_precision_argument(parser, "every variant")
+    parser.add_argument("--out", default="runs/profile")
+    return parser
+
+
+if __name__ == "__main__":  # before torch and DGL load: see _common.py
+    sys.exit(run_script(__file__, build_parser))
+
+import torch  # noqa: E402
+
+from bench_minibatch import build_data  # noqa: E402
 from dgl_maxk import envinfo  # noqa: E402
-from dgl_maxk.cli import positive_int  # noqa: E402
+from dgl_maxk.cli import run_command  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.sampling import sampler as sampler_module  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS, autocast, precision_scope  # noqa: E402
@@ -223,27 +246,24 @@ def print_variant(name, phases, traces):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_graph_and_model_arguments(parser)
-    parser.add_argument("--fanouts", type=positive_int, nargs="+", default=[15, 10, 5])
-    parser.add_argument("--batch-size", type=positive_int, default=1024)
-    parser.add_argument("--variants", type=variant_name, nargs="+",
-                        default=["relu", "maxk-k8", "maxk-k32"])
-    parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
-                        default=["off", "auto"])
-    parser.add_argument("--steps", type=positive_int, default=20)
-    parser.add_argument("--warmup", type=positive_int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--precision", choices=PRECISIONS, default="tf32")
-    parser.add_argument("--out", default="runs/profile")
+    """The arguments, checked before any work."""
+    parser = build_parser()
     args = graph_defaults(parser.parse_args(argv))
+    checked(parser, "--precision", one_of(PRECISIONS), args.precision)
     if not torch.cuda.is_available():
         parser.error("no CUDA GPU: the profile times GPU kernels")
     return args
 
 
-def main(argv=None):
+def main(argv=None) -> int:
+    """0, or the exit status of ``python -m dgl_maxk train`` for the same failure after one
+    line; a Ctrl-C writes nothing."""
     args = parse_args(argv)
+    return run_command(lambda: profile(args), "interrupted; nothing written")
+
+
+def profile(args) -> int:
+    """Both passes of every variant, printed, then written to profile_minibatch.json."""
     device = torch.device("cuda")
     _, graph, feats, labels, train_idx = build_data(args, device)
     feats, labels = aligned_features(feats.to(device)), labels.to(device)
@@ -259,9 +279,8 @@ def main(argv=None):
             phases = phase_pass(model, graph, train_idx, feats, labels, device, args)
             traces = {}
             for mode in args.cuda_graph:
-                graphed = resolve_cuda_graph(GRAPH_SETTINGS[mode], maxk=k is not None,
-                                             device=device, sampler="device", world=1,
-                                             fanouts=args.fanouts)
+                graphed = resolve_cuda_graph(GRAPH_SETTINGS[mode], device=device,
+                                             sampler="device", world=1, fanouts=args.fanouts)
                 traces[mode] = trace_pass(model, graph, train_idx, feats, labels, device,
                                           args, graphed)
             print_variant(variant, phases, traces)
@@ -274,7 +293,4 @@ def main(argv=None):
                                 "graph": [graph.num_nodes, int(graph.indices.numel())],
                                 "results": results}, indent=1))
     print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -261,15 +261,25 @@ def minibatch_rows(data: dict) -> list:
     rows = []
     for r in results:
         relu = next((o for o in results if o["variant"] == "relu" and o["gpus"] == r["gpus"]
-                     and o["sampler"] == r["sampler"] and o.get("step") == "eager"), None)
+                     and o["sampler"] == r["sampler"]
+                     and o.get("cuda_graph") == r.get("cuda_graph")), None)
         split = " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
                            for key in ("sample_s", "copy_s", "compute_s"))
         rows.append([r["sampler"], r.get("step", "eager"), r["variant"], r["gpus"],
                      f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
                      split if breakdown else "not measured",
                      ratio(r["throughput_seeds_per_s"] / relu["throughput_seeds_per_s"])
-                     if relu else "no eager ReLU"])
+                     if relu else "no ReLU arm"])
     return rows
+
+
+def _timed_steps(data: dict) -> str:
+    """How many steps the rows timed: ``--steps``, or fewer where a pass over the seeds (an
+    epoch) ended first."""
+    steps = sorted({r["steps"] for r in data["results"]})
+    if steps == [data["args"]["steps"]]:
+        return f"{steps[0]} timed steps"
+    return f"{'/'.join(map(str, steps))} timed steps (one epoch)"
 
 
 def minibatch_section(data: dict) -> list:
@@ -292,12 +302,16 @@ def minibatch_section(data: dict) -> list:
               f"seeds, {args['precision']} in every arm. Each step is the trainer's "
               "(`SampledStep`) on blocks that dgl_maxk's device sampler makes one batch "
               "ahead: eager, or \"graphed\", replayed from a CUDA graph over blocks padded "
-              "to fixed sizes. The trainer's default (`sampling.cuda_graph: auto`) graphs "
-              "MaxK models trained by one process and runs ReLU eagerly. Seeds per second "
-              f"over {args['steps']} timed steps after {args['warmup']} warm-up ones; the "
+              "to fixed sizes (the first full batch's, with headroom; a batch that does not "
+              "fit grows them), \"mixed\" where some steps of the pass ran eagerly (after "
+              "each sizing, and the last, smaller batch). The trainer's default "
+              "(`sampling.cuda_graph: auto`) graphs the steps of models trained by one "
+              f"process. Seeds per second over {_timed_steps(data)} after "
+              f"{args['warmup']} warm-up ones; the "
               "split of a step (waiting for the sampler / gathering and copying features / "
               "forward, backward and optimizer) comes from a second pass that synchronises "
-              "at each boundary. \"vs ReLU\" is the throughput over the eager ReLU step's. "
+              "at each boundary. \"vs ReLU\" is the throughput over ReLU's, its step run "
+              "the same way (the same `--cuda-graph`). "
               "Seeds/s to 1, ms to 0.1, ratios to 0.01."),
         *table(["sampler", "step", "variant", "GPUs", "seeds/s", "ms/step",
                 "wait / copy / compute ms", "vs ReLU"], minibatch_rows(data))]

@@ -10,9 +10,9 @@ Each (config, hidden size) becomes one run of ``dgl_maxk.training.run_experiment
 variants are ``relu`` and ``maxk<k>`` for every k; its run directory (checkpoints,
 histories, results.json) lands under ``--out``. The same command again (after a Ctrl-C, say)
 continues: a run whose directory under ``--out`` holds the same config is resumed, its
-finished seeds kept. The summary files are
-``<out>/results.{md,json}`` and ``<out>/accuracy_vs_k.png``. ``--precision`` (default tf32,
-the paper's setting) is set as ``train.precision`` of every run, ReLU and MaxK alike.
+finished seeds kept. The summary files are ``<out>/results.{md,json}`` and, where
+matplotlib is installed, ``<out>/accuracy_vs_k.png``. ``--precision`` (default tf32, the
+paper's setting) is set as ``train.precision`` of every run, ReLU and MaxK alike.
 
 Arguments, configs, every run's config (each k must fit each hidden size) and every run's
 data are checked (the data loaded) before anything runs. As with ``python -m dgl_maxk
@@ -28,22 +28,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
-
-from dgl_maxk import training as T  # noqa: E402
-from dgl_maxk.cli import (Parser, check_out_dir, device_argument, positive_int,  # noqa: E402
-                          run_command, seeds_argument)
-from dgl_maxk.training.checkpoint import atomic_write_bytes, write_json  # noqa: E402
-from dgl_maxk.training.distributed import resolve_device  # noqa: E402
-from dgl_maxk.training.metrics import mean_std_text  # noqa: E402
-from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
-from dgl_maxk.training.runner import load_datasets, run_config  # noqa: E402
-from dgl_maxk.training.report import environment  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
+from _common import (Parser, add_precision_argument, checked, device_name, one_of,  # noqa: E402
+                     positive_int, pyplot, run_script, seeds_argument)
 
 
-def parse_args(argv=None):
+def build_parser():
+    """The command line, on the standard library alone (:func:`parse_args` checks the rest)."""
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--configs", nargs="+", required=True)
     p.add_argument("--k", nargs="+", type=positive_int, default=[8, 16, 32, 64],
@@ -55,7 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--no-relu", action="store_true", help="skip the ReLU baseline")
     p.add_argument("--set", nargs="+", default=[], dest="overrides", action="extend",
                    help="overrides applied to every config (key=value)")
-    p.add_argument("--device", type=device_argument, default="auto",
+    p.add_argument("--device", type=device_name, default="auto",
                    help="cpu, cuda, cuda:N or auto (GPU when there is one; default)")
     p.add_argument("--out", default="runs/reproduce")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
@@ -63,10 +54,31 @@ def parse_args(argv=None):
     p.add_argument("--restart-corrupt", action="store_true",
                    help="when continuing runs: restart a seed whose checkpoint cannot be read "
                         "(as python -m dgl_maxk train --resume --restart-corrupt)")
-    p.add_argument("--precision", choices=PRECISIONS, default="tf32",
-                   help="train.precision of every run: fp32, tf32 (TF32 matmuls; the "
-                        "paper's, default) or bf16 (TF32 plus bfloat16 autocast)")
+    add_precision_argument(p, "every run (its train.precision)")
+    return p
+
+
+if __name__ == "__main__":  # before torch and DGL load: see _common.py
+    sys.exit(run_script(__file__, build_parser))
+
+import torch  # noqa: E402
+
+from dgl_maxk import training as T  # noqa: E402
+from dgl_maxk.cli import check_out_dir, device_argument, run_command  # noqa: E402
+from dgl_maxk.training.checkpoint import atomic_write_bytes, write_json  # noqa: E402
+from dgl_maxk.training.distributed import resolve_device  # noqa: E402
+from dgl_maxk.training.metrics import mean_std_text  # noqa: E402
+from dgl_maxk.training.precision import PRECISIONS  # noqa: E402
+from dgl_maxk.training.runner import load_datasets, run_config  # noqa: E402
+from dgl_maxk.training.report import environment  # noqa: E402
+
+
+def parse_args(argv=None):
+    """The arguments, checked before any work."""
+    p = build_parser()
     args = p.parse_args(argv)
+    checked(p, "--device", device_argument, args.device)
+    checked(p, "--precision", one_of(PRECISIONS), args.precision)
     try:
         check_out_dir(Path(args.out))
     except T.ConfigError as err:
@@ -143,9 +155,11 @@ def reproduce(args) -> int:
     write_json(out / "results.json", summary)
     md = markdown_table(rows, args.k, args.title, summary["command"], elapsed, args.precision)
     atomic_write_bytes(out / "results.md", lambda f: f.write(md.encode()))
-    plot(rows, out / "accuracy_vs_k.png")
     print(md)
-    print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'accuracy_vs_k.png'}")
+    files = [out / "results.md", out / "results.json"]
+    if plot(rows, out / "accuracy_vs_k.png"):
+        files.append(out / "accuracy_vs_k.png")
+    print(f"wrote {', '.join(map(str, files))}")
     return 0
 
 
@@ -196,11 +210,11 @@ def markdown_table(rows, ks, title, command, elapsed, precision):
     return "\n".join(lines)
 
 
-def plot(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(rows, path) -> bool:
+    """Whether the plot was drawn into ``path`` (not without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return False
     panels = sorted({(r["dataset"], r["model"]) for r in rows})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -233,7 +247,5 @@ def plot(rows, path):
     fig.tight_layout()
     atomic_write_bytes(path, lambda f: fig.savefig(f, format="png", dpi=130))
     plt.close(fig)
+    return True
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,14 +15,29 @@ import collections
 import os
 import random
 import secrets
+import tempfile
 
-import numpy as np
-import pytest
-import torch
+#: where DGL and matplotlib keep their files during a run of the suite (DGL: its config, written
+#: where no backend is set, and the datasets' default folder; matplotlib: its config and
+#: font cache), instead of the home directory. Set before either is imported (both read the
+#: variables once); the first process of a run makes the folder, and pytest-xdist's workers
+#: and every subprocess inherit the variables.
+SCRATCH_VARIABLES = {"DGLDEFAULTDIR": "dgl", "DGL_DOWNLOAD_DIR": "dgl/downloads",
+                     "MPLCONFIGDIR": "matplotlib"}
+SCRATCH_ENV = "DGL_MAXK_TEST_SCRATCH"
+if SCRATCH_ENV not in os.environ:
+    _scratch = tempfile.TemporaryDirectory(prefix="dgl_maxk-tests-")  # removed at exit
+    os.environ[SCRATCH_ENV] = _scratch.name
+    os.environ.update({name: os.path.join(_scratch.name, folder)
+                       for name, folder in SCRATCH_VARIABLES.items()})
 
-import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
-from dgl_maxk._dgl import dgl
-from dgl_maxk.training import apply_overrides, validate_config
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import dgl_maxk  # noqa: E402,F401  (imports DGL through the package's compatibility fix)
+from dgl_maxk._dgl import dgl  # noqa: E402
+from dgl_maxk.training import apply_overrides, validate_config  # noqa: E402
 
 SEED_ENV = "DGL_MAXK_TEST_SEED"
 

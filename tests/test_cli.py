@@ -1,4 +1,5 @@
-"""The command line, end to end in subprocesses: ``python -m dgl_maxk ...``."""
+"""The command line: end to end in subprocesses (``python -m dgl_maxk ...``); its output,
+bad input and exit statuses in this process, through ``dgl_maxk.cli.main``."""
 from __future__ import annotations
 
 import builtins
@@ -8,6 +9,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -24,13 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 
 
-def cli(*args, cwd=REPO, env=None, timeout=180):
-    full_env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep +
-                    os.environ.get("PYTHONPATH", ""), PYTHONWARNINGS="ignore",
-                    OMP_NUM_THREADS="1")
-    full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "dgl_maxk", *map(str, args)], cwd=cwd,
-                          env=full_env, capture_output=True, text=True, timeout=timeout,
+def cli(*args):
+    """``python -m dgl_maxk *args``, run from the repository."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "dgl_maxk", *map(str, args)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=180,
                           stdin=subprocess.DEVNULL)
 
 
@@ -46,9 +47,11 @@ def test_two_epoch_quickstart_end_to_end(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # both variants' scores are printed, and one log line per epoch
     assert "maxk (sage, k=8" in r.stdout and "relu (sage, ReLU" in r.stdout
-    assert r.stdout.count("[maxk seed 0] epoch") == 2
-    assert r.stdout.count("[relu seed 0] epoch") == 2
+    assert "] epoch" not in r.stdout  # in the log only (--verbose prints them)
+    assert "epoch/s" not in r.stderr  # no progress bar where stderr is no terminal
     (run_dir,) = run_dirs(out)
+    log = (run_dir / "log.txt").read_text()
+    assert log.count("[maxk seed 0] epoch") == 2 and log.count("[relu seed 0] epoch") == 2
     res = json.loads((run_dir / "results.json").read_text())
     assert res["complete"] and res["config"]["train"]["epochs"] == 2
     assert res["config"]["train"]["seeds"] == [0]
@@ -59,28 +62,39 @@ def test_two_epoch_quickstart_end_to_end(tmp_path):
     assert res["environment"]["device"] == "cpu"
 
 
-def test_bad_config_fails_before_any_work(tmp_path):
-    out = tmp_path / "runs"
-    for args, key in ((["--set", "model.k=128"], "model.k"),
-                      (["--set", "model.hiden=3"], "model.hiden"),
-                      (["--set", "dataset.name=mnist"], "dataset.name"),
-                      (["--set", "train.epochs=ten"], "train.epochs")):
-        r = cli("train", "--config", "configs/quickstart.yaml", *args, "--out", out)
-        assert r.returncode == 2, (args, r.stderr)
-        assert f"'{key}'" in r.stderr, (args, r.stderr)
-    assert run_dirs(out) == []
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
 
 
-def test_missing_dataset_fails_fast_with_layout(tmp_path):
-    out = tmp_path / "runs"
-    start = time.monotonic()
-    r = cli("train", "--config", "configs/reddit_sage.yaml", "--out", out,
-            env={"DGL_MAXK_DATA": str(tmp_path / "nodata")})
-    assert time.monotonic() - start < 60
-    assert r.returncode == 3, r.stderr
-    assert str(tmp_path / "nodata" / "reddit_69f818f5") in r.stderr
-    assert "reddit_graph.npz" in r.stderr and "reddit_data.npz" in r.stderr
-    assert run_dirs(out) == []
+TINY_RUN = ["train", "--config", QUICKSTART, "--set", "epochs=3", "dataset.params.num_nodes=300",
+            "variants=null", "--seeds", "1", "--device", "cpu"]
+
+
+@pytest.mark.parametrize("flag", [None, "--verbose", "--quiet"])
+def test_per_epoch_lines_go_to_the_log_and_to_stdout_with_verbose(flag, tmp_path, capsys):
+    code = cli_main([*map(str, TINY_RUN), "--out", str(tmp_path), *([flag] if flag else [])])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (run_dir,) = run_dirs(tmp_path)
+    log = (run_dir / "log.txt").read_text()
+    assert re.findall(r"seed 0\] epoch +(\d+)/3 loss", log) == ["1", "2", "3"], log
+    assert out.count("] epoch ") == (3 if flag == "--verbose" else 0), out
+    assert ("run directory:" in out and "best val" in out) == (flag != "--quiet"), out
+    assert "== quickstart: test at best validation epoch" in out and "accuracy" in out
+    assert "epoch/s" not in err  # stderr is no terminal here: no bar
+
+
+def test_progress_bar_per_seed_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    code = cli_main([*map(str, TINY_RUN), "--seeds", "2", "--out", str(tmp_path)])
+    assert code == 0
+    bars = sys.stderr.getvalue()
+    assert " seed 0:" in bars and " seed 1:" in bars and "epoch/s" in bars, bars
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    assert cli_main([*map(str, TINY_RUN), "--out", str(tmp_path), "--no-progress"]) == 0
+    assert sys.stderr.getvalue() == ""
+    assert "== quickstart" in capsys.readouterr().out
 
 
 # Mini-batch runs resume to the same result too: DGL's sampler is reseeded per epoch, and is
@@ -151,6 +165,48 @@ def one_line_error(err):
     return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err
 
 
+def test_bad_config_fails_before_any_work(tmp_path, capsys):
+    out = tmp_path / "runs"
+    for args, key in ((["--set", "model.k=128"], "model.k"),
+                      (["--set", "model.hiden=3"], "model.hiden"),
+                      (["--set", "dataset.name=mnist"], "dataset.name"),
+                      (["--set", "train.epochs=ten"], "train.epochs")):
+        code, err = run_main(["train", "--config", QUICKSTART, *args, "--out", out], capsys)
+        assert code == 2, (args, err)
+        assert f"'{key}'" in err, (args, err)
+    assert run_dirs(out) == []
+
+
+def test_missing_dataset_fails_fast_with_layout(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "runs"
+    monkeypatch.setenv("DGL_MAXK_DATA", str(tmp_path / "nodata"))
+    start = time.monotonic()
+    code, err = run_main(["train", "--config", REPO / "configs" / "reddit_sage.yaml", "--out",
+                          out], capsys)
+    assert time.monotonic() - start < 60
+    assert code == 3, err
+    assert str(tmp_path / "nodata" / "reddit_69f818f5") in err
+    assert "reddit_graph.npz" in err and "reddit_data.npz" in err
+    assert run_dirs(out) == []
+
+
+def test_unreadable_config_files(tmp_path, capsys):
+    binary = tmp_path / "weights.yaml"
+    binary.write_bytes(bytes([0x80, 0]) + random.randbytes(200))
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("name: r\xe9sum\xe9\n".encode("latin-1"))
+    for config, problem in ((tmp_path, f"{tmp_path} is a directory"),
+                            (binary, "weights.yaml is not a text file"),
+                            (latin1, "latin1.yaml is not a text file")):
+        code, err = run_main(["train", "--config", config, "--out", tmp_path / "runs"], capsys)
+        assert code == 2 and "Traceback" not in err, err
+        assert err.startswith("error: ") and problem in err, err
+    assert run_dirs(tmp_path / "runs") == []
+    code = cli_main(["validate", str(tmp_path), str(QUICKSTART)])
+    out, err = capsys.readouterr()
+    assert code == 2 and "is a directory" in err and ": ok" in out
+
+
 @pytest.mark.parametrize("args, named", [
     (["--threads", "-3"], "--threads"),
     (["--threads", "0"], "--threads"),
@@ -169,6 +225,7 @@ def one_line_error(err):
     (["--seeds", "4294967296"], "argument --seeds: config key 'train.seeds' must be a positive "
                                 "count of at most"),
     (["--restart-corrupt"], "--restart-corrupt"),
+    (["--verbose", "--quiet"], "--quiet: not allowed with argument --verbose"),
 ])
 def test_bad_arguments_fail_in_one_line_before_any_work(args, named, tmp_path, capsys,
                                                          monkeypatch):
@@ -214,22 +271,6 @@ def test_unusable_out_directory(tmp_path, capsys, monkeypatch):
         assert code == 2 and one_line_error(err), err
         assert f"--out {out}" in err and problem in err, err
     assert list(read_only.iterdir()) == []
-
-
-def test_unreadable_config_files(tmp_path):
-    binary = tmp_path / "weights.yaml"
-    binary.write_bytes(bytes([0x80, 0]) + random.randbytes(200))
-    latin1 = tmp_path / "latin1.yaml"
-    latin1.write_bytes("name: r\xe9sum\xe9\n".encode("latin-1"))
-    for config, problem in ((tmp_path, f"{tmp_path} is a directory"),
-                            (binary, "weights.yaml is not a text file"),
-                            (latin1, "latin1.yaml is not a text file")):
-        r = cli("train", "--config", config, "--out", tmp_path / "runs")
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert r.stderr.startswith("error: ") and problem in r.stderr, r.stderr
-    assert run_dirs(tmp_path / "runs") == []
-    r = cli("validate", tmp_path, QUICKSTART)
-    assert r.returncode == 2 and "is a directory" in r.stderr and ": ok" in r.stdout
 
 
 # --------------------------------------------------------------------------- exit codes

@@ -9,7 +9,7 @@ import torch
 
 import dgl_maxk
 from dgl_maxk import CBSR, maxk, spmm
-from dgl_maxk._dgl import dgl
+from dgl_maxk._dgl import DGLError, dgl
 from dgl_maxk.backends import cuda
 from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
 
@@ -231,6 +231,12 @@ def test_infinite_edge_weight_is_refused_with_its_position(name, k, deferred, de
     if k is not None and name.endswith(("pool", "lstm", "max")):
         pytest.skip("MaxK does not apply to this aggregator")
     g = dgl.add_self_loop(dgl.rand_graph(15, 40))
+    if device == "cuda" and name.endswith(("pool", "lstm", "max")):
+        try:  # DGL's own aggregators need the graph on the features' device
+            g = g.to(device)
+        except DGLError:
+            pytest.skip("this DGL build cannot hold a graph on the GPU, which DGL's own "
+                        "aggregators (pool, lstm, max) need")
     layer = EDGE_WEIGHT_LAYERS[name](k).to(device)
     x = torch.randn(15, 12, device=device)
     first, second = sorted(torch.randperm(g.num_edges())[:2].tolist())

@@ -310,6 +310,40 @@ def test_import_needs_no_gpu_cupy_network_or_home(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+FILES_PROBE = textwrap.dedent("""
+    import os
+    from dgl_maxk._dgl import dgl
+    import dgl.backend, dgl.data.utils
+    del os.environ["DGLBACKEND"]
+    dgl.backend.get_preferred_backend()  # DGL without a backend writes its config
+    dgl.data.utils.get_download_dir()  # the datasets' default folder
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # the font cache
+""")
+
+
+def test_the_suite_keeps_dgl_and_matplotlib_files_out_of_home(tmp_path):
+    """What DGL and matplotlib write for a test, in its process or a subprocess (pytest-xdist's
+    workers included), goes into the folder conftest.py sets aside for the run."""
+    home = tmp_path / "home"
+    home.mkdir()
+    # without XDG_*, HOME is where matplotlib would write
+    env = {key: value for key, value in os.environ.items() if not key.startswith("XDG_")}
+    env.update(HOME=str(home),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", FILES_PROBE], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+    scratch = Path(os.environ["DGL_MAXK_TEST_SCRATCH"])
+    assert Path(os.environ["DGLDEFAULTDIR"], "config.json").is_file()
+    assert Path(os.environ["DGL_DOWNLOAD_DIR"]).is_dir()
+    assert list(Path(os.environ["MPLCONFIGDIR"]).glob("fontlist-*.json"))
+    assert all(Path(os.environ[name]).is_relative_to(scratch)
+               for name in ("DGLDEFAULTDIR", "DGL_DOWNLOAD_DIR", "MPLCONFIGDIR"))
+
+
 # --------------------------------------------------------------------------- start-up hook
 
 def _finders():

@@ -91,7 +91,7 @@ def two_process_run(tmp_path_factory):
     """(stdout, results, run directory) of the uninterrupted two-process run (both tests
     below read it)."""
     out = tmp_path_factory.mktemp("whole")
-    r = _cli(TWO_PROCESSES, *ARGS, "--out", out)
+    r = _cli(TWO_PROCESSES, *ARGS, "--verbose", "--out", out)
     return (r.stdout, *_results(out))
 
 

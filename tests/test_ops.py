@@ -385,6 +385,14 @@ def test_graph_plan_is_cached_and_invalidated(h):
     assert graph_plan(g, "cpu").num_src == 19
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graph_plan_is_one_for_cuda_and_the_current_cuda_device(h):
+    """Features on "cuda:0" find the plan built for "cuda" (a compiled model reads it)."""
+    g = h.random_graph(20, 50)
+    plan = graph_plan(g, "cuda")
+    assert graph_plan(g, torch.device("cuda", torch.cuda.current_device())) is plan
+
+
 def test_graph_plan_rejects_bad_norm(h):
     plan = graph_plan(h.random_graph(5, 8), "cpu")
     with pytest.raises(ValueError, match="norm"):

@@ -38,6 +38,13 @@ def _graph(n):
     return dgl.graph((src[keep], dst[keep]), num_nodes=n)
 
 
+def _regular_graph(n, degree):
+    """Every node ``degree`` in-edges from random sources: batches of it have nearly the
+    same sizes (each row exactly its fan-out's edges, where degree >= fan-out)."""
+    src = torch.randint(0, n, (n * degree,))
+    return dgl.graph((src, torch.arange(n).repeat(degree)), num_nodes=n)
+
+
 def _batch(graph, fanouts, batch_size, device="cpu", dtype=torch.float64, width=6):
     dg = DeviceGraph.from_dgl(graph, device)
     seeds = torch.randperm(graph.num_nodes())[:batch_size].to(device)
@@ -121,7 +128,7 @@ def test_sized_padding_fits_like_batches_in_far_less_room_and_grows_for_larger_o
     fewer edges) in far less room than the worst case where sampled neighbourhoods
     overlap; a batch with far more nodes does not fit, and the grown batch holds both."""
     n, fanouts, batch_size = 3000, [5, 4, 3], 64
-    graph = _graph(n)
+    graph = _regular_graph(n, 6)  # batches alike (rows without in-edges vary them more)
     blocks, x, y = _batch(graph, fanouts, batch_size)
     worst = _padded(fanouts, batch_size, 10 * n, blocks, x, y, sized=False)
     sized = _padded(fanouts, batch_size, 10 * n, blocks, x, y, sized=True)
@@ -129,9 +136,9 @@ def test_sized_padding_fits_like_batches_in_far_less_room_and_grows_for_larger_o
     assert sized.src_cap[0] < 0.8 * worst.src_cap[0]
     assert all(s <= w for s, w in zip(sized.dst_cap + sized.edge_cap,
                                       worst.dst_cap + worst.edge_cap))
-    assert sum(sized.fits(*_batch(graph, fanouts, batch_size)) for _ in range(8)) >= 6
+    assert all(sized.fits(*_batch(graph, fanouts, batch_size)) for _ in range(8))
     # a graph ten times larger: the neighbourhoods hardly overlap, so more source nodes
-    wide, xw, yw = _batch(_graph(10 * n), fanouts, batch_size)
+    wide, xw, yw = _batch(_regular_graph(10 * n, 6), fanouts, batch_size)
     assert wide[0].num_src_nodes() > 1.2 * blocks[0].num_src_nodes()
     assert not sized.fits(wide, xw, yw)
     grown = sized.grown(wide)
@@ -223,6 +230,21 @@ def test_layers_that_refuse_zero_in_degree_rows_are_not_padded():
 # --------------------------------------------------------------------------- on a GPU
 
 
+def _fitting_batches(graph, count):
+    """``count`` full CUDA batches whose sizes fit a step sized by the first (the graphed
+    step grows its padding for one that does not: tested on its own), so that the replay
+    counts below do not depend on how the random batches vary."""
+    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32)]
+    blocks, x, y = batches[0]
+    seen = [(d, s, e, e) for d, s, e in batch_sizes(blocks)]
+    sized = PaddedBatch([4, 3, 2], 32, graph.num_nodes(), x, y, seen)
+    while len(batches) < count:
+        batch = _batch(graph, [4, 3, 2], 32, "cuda", torch.float32)
+        if sized.fits(*batch):
+            batches.append(batch)
+    return batches
+
+
 def _train(graphed, batches, model_name="sage", optimizer=torch.optim.SGD, seed=0):
     torch.manual_seed(seed)
     model = build_model(model_name, 6, 16, 3, 3, k=4, dropout=0.0).cuda()
@@ -239,12 +261,32 @@ def test_graphed_sampled_step_trains_as_the_eager_step(model_name):
     padded step, a captured one, four replays, then the last batch eagerly) gives the
     losses and weights of train_step on the sampler's blocks."""
     graph = _graph(500)
-    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(6)]
+    batches = _fitting_batches(graph, 6)
     batches.append(_batch(graph, [4, 3, 2], 20, "cuda", torch.float32))
     want_losses, want_weights, eager = _train(False, batches, model_name)
     losses, weights, run = _train(True, batches, model_name)
     assert eager.replays == 0 and run.replays == 4 and run.graphed
     assert len(set(losses)) == len(losses)  # each batch's loss differs: new data replayed
+    torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
+    for got, want in zip(weights, want_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@needs_kernels
+def test_a_batch_larger_than_the_padding_grows_it_and_trains_as_the_eager_step():
+    """A batch with twice the edges the padding was sized for (from a graph over the same
+    nodes, of in-degree 6 instead of 2) is padded anew and captured again; the smaller
+    batches after it fit the grown padding. Losses and weights are those of train_step."""
+    small = _fitting_batches(_regular_graph(500, 2), 6)
+    large = _batch(_regular_graph(500, 6), [4, 3, 2], 32, "cuda", torch.float32)
+    blocks, x, y = small[0]
+    seen = [(d, s, e, e) for d, s, e in batch_sizes(blocks)]
+    assert not PaddedBatch([4, 3, 2], 32, 500, x, y, seen).fits(*large)
+    # warm, capture, replay; grown: warm, capture, replay, replay
+    batches = small[:3] + [large] + small[3:]
+    want_losses, want_weights, _ = _train(False, batches)
+    losses, weights, run = _train(True, batches)
+    assert run.replays == 3 and run.graphed
     torch.testing.assert_close(losses, want_losses, rtol=1e-4, atol=1e-5)
     for got, want in zip(weights, want_weights):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
@@ -257,7 +299,7 @@ def test_graphed_sampled_step_trains_as_the_eager_step(model_name):
 def test_graphed_sampled_step_raises_on_nan_with_the_weights_unchanged(optimizer):
     """SGD steps after the read; fused Adam is queued before it and skips on the GPU."""
     graph = _graph(500)
-    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(4)]
+    batches = _fitting_batches(graph, 4)
     _, _, run = _train(True, batches[:3], optimizer=optimizer)
     assert run.replays == 1
     blocks, x, y = batches[3]
@@ -296,9 +338,10 @@ def test_a_step_that_reads_on_the_host_warns_and_trains_eagerly():
 @needs_kernels
 def test_graphed_step_replays_while_the_sampler_thread_samples_ahead(recwarn):
     """The sampler's own synchronisations on its thread neither stop the capture nor count
-    as the step's: every full batch after the second replays, without a warning."""
+    as the step's: every full batch after the second replays, without a warning (over a
+    graph whose batches all fit the padding the first one sized)."""
     from dgl_maxk.training import sampling
-    graph = _graph(2000)
+    graph = _regular_graph(2000, 6)
     torch.manual_seed(0)
     model = build_model("sage", 6, 16, 3, 3, k=4, dropout=0.5).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -362,7 +405,7 @@ def test_data_parallel_steps_keep_the_processes_in_step(tmp_path):
 @needs_kernels
 def test_freezing_a_parameter_between_replays_captures_again_without_it():
     graph = _graph(500)
-    batches = [_batch(graph, [4, 3, 2], 32, "cuda", torch.float32) for _ in range(8)]
+    batches = _fitting_batches(graph, 8)
     losses, _, run = _train(True, batches[:4], optimizer=torch.optim.Adam)
     assert run.replays == 2
     frozen = run.model.lin_out.weight

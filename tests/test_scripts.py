@@ -1,10 +1,10 @@
-"""The scripts under scripts/ on a CPU: ``--help``, and for bad input one line
-``error: ...`` with the exit status of ``python -m dgl_maxk train`` (2 bad arguments, configs
-or files; 3 data; 4 stopped and resumable), never a traceback.
+"""The scripts under scripts/ on a CPU: ``--help`` before torch and DGL load, and for bad
+input one line ``error: ...`` with the exit status of ``python -m dgl_maxk train`` (2 bad
+arguments, configs or files; 3 data; 4 stopped and resumable), never a traceback.
 
-Each script starts in seconds (torch and DGL load): every script starts on its own in a
-subprocess for ``--help``, and signals reach a script's own process; the other cases call
-the script's ``main`` in the test's process (the ``script_main`` fixture).
+``--help`` and signals run a script in a process of its own; the other cases call the
+script's ``main`` in the test's process (the ``script_main`` fixture), where torch and DGL
+are loaded already.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = ("bench_minibatch", "reproduce", "compare_dgl", "bench_kernels", "sanitize_kernels")
+SCRIPTS = sorted(p.stem for p in (REPO / "scripts").glob("*.py") if not p.stem.startswith("_"))
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 CORA = REPO / "configs" / "cora_gcn.yaml"
 
@@ -90,11 +90,44 @@ def assert_error_line(result, status: int, *words):
     assert all(word in first for word in words), what
 
 
-def test_every_script_prints_its_help(tmp_path):
-    results = run_side_by_side([command(name, "--help") for name in SCRIPTS], tmp_path)
+def imported(importtime_stderr: str) -> list:
+    """The top-level packages ``python -X importtime`` reported."""
+    return [line.rsplit("|", 1)[1].strip().split(".")[0]
+            for line in importtime_stderr.splitlines()
+            if line.startswith("import time:") and "|" in line]
+
+
+def test_every_script_prints_its_help_before_torch_and_dgl_load(tmp_path):
+    results = run_side_by_side([[sys.executable, "-X", "importtime", *command(name, "--help")[1:]]
+                                for name in SCRIPTS], tmp_path)
     for name, result in zip(SCRIPTS, results):
         assert result.returncode == 0, (name, result.stderr[-2000:])
         assert result.stdout.startswith("usage:"), (name, result.stdout[:500])
+        loaded = set(imported(result.stderr))
+        assert "argparse" in loaded and not loaded & {"torch", "dgl", "numpy"}, (name, loaded)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_a_script_loads_torch_is_one_line(signame, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-X", "importtime",
+                             *command("compare_dgl", "--device", "cpu", "--out", out)[1:]],
+                            cwd=REPO, env=script_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        for line in proc.stderr:
+            if imported(line) == ["torch"]:
+                proc.send_signal(getattr(signal, signame))
+                break
+        else:
+            pytest.fail("torch was not imported")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    said = [line for line in stderr.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[signame], said[-20:]
+    assert said == ["interrupted before the run started; nothing was measured or written"], said
+    assert stdout == "" and not out.exists()
 
 
 def test_bench_minibatch_refuses_bad_arguments_before_starting(script_main, tmp_path):
@@ -329,7 +362,7 @@ def test_without_gpu_the_scripts_say_what_to_run(script_main, tmp_path):
 
 def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
     """DGL's blocks run eagerly whatever --cuda-graph says: one arm, not one per mode; and
-    "scaling vs 1 GPU" compares like steps only (auto graphs MaxK on one GPU, not under DDP)."""
+    "scaling vs 1 GPU" compares like steps only (auto graphs on one GPU, not under DDP)."""
     bench = load_script("bench_minibatch")
     args = bench.parse_args(["--samplers", "device", "dgl", "--cuda-graph", "on", "auto", "off",
                              "--device", "cpu", "--breakdown"])
@@ -452,6 +485,38 @@ def test_compare_dgl_sigterm_while_writing_waits_for_the_files(tmp_path, monkeyp
     assert json.loads(written[0].read_text())["results"] == [row]
     assert (tmp_path / "cmp" / "compare.png").read_bytes() == b"png"
     assert "compare.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("matplotlib", ["installed", "missing"])
+def test_compare_dgl_lists_only_the_files_it_wrote(matplotlib, tmp_path, monkeypatch, capsys):
+    compare = load_script("compare_dgl")
+    out = tmp_path / "cmp"
+    args = compare.parse_args(["--graphs", "small", "--device", "cpu", "--out", str(out)])
+    row = {"graph": "small", "model": "sage", "variant": "csr-relu", "epoch_ms": 5.0,
+           "peak_gib": None, "cuda_graph": False, "device": "cpu", "amdahl_limit": 1.5}
+    rows = [row, dict(row, variant="maxk-k8", epoch_ms=4.0, speedup=1.25)]
+    if matplotlib == "missing":
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # its import raises ImportError
+    out.mkdir()
+    compare.write_outputs(out, {}, args, rows)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["compare.json", "compare.md"] + (["compare.png"] if matplotlib ==
+                                                      "installed" else [])
+    (listed,) = [line for line in capsys.readouterr().out.splitlines()
+                 if line.startswith("wrote ")]
+    assert listed == "wrote " + ", ".join(str(out / name) for name in files)
+
+
+def test_reproduce_without_matplotlib_writes_and_lists_the_rest(script_main, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # its import raises ImportError
+    out = tmp_path / "out"
+    result = script_main("reproduce", "--configs", QUICKSTART, "--k", "8", "--seeds", "1",
+                         "--device", "cpu", "--out", out, "--set", "train.epochs=2",
+                         "dataset.params.num_nodes=300")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["results.json", "results.md", "runs"]
+    assert f"wrote {out / 'results.md'}, {out / 'results.json'}\n" in result.stdout
 
 
 def test_reproduce_again_continues_its_runs(script_main, tmp_path):

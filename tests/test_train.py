@@ -277,6 +277,16 @@ def test_dgl_sampler_on_several_threads_is_said_not_to_repeat(sampler, threads, 
     assert warned == (sampler == "dgl" and threads > 1), log
 
 
+def test_the_run_log_describes_the_dataset_in_words(tmp_path):
+    cfg = small_config(**{"train.epochs": 1})
+    res = T.run_experiment(cfg, device="cpu", out=tmp_path, progress=False, quiet=True)
+    data = D.load_dataset("planted", **cfg["dataset"]["params"])
+    log = (Path(res["run_dir"]) / "log.txt").read_text()
+    line = next(line for line in log.splitlines() if "dataset planted:" in line)
+    assert "{" not in line and f"{data.num_nodes:,} nodes, {data.graph.num_edges():,} edges" \
+        in line and f"{int(data.train_mask.sum()):,} / " in line
+
+
 def test_results_json_holds_each_variants_dataset_sizes_and_split(tmp_path):
     """What a paper's table needs about the data is in results.json, not only in the log."""
     cfg = small_config(**{"train.epochs": 1})
@@ -785,7 +795,7 @@ import dgl_maxk
 from dgl_maxk import training as T
 cfg = T.validate_config(json.loads(sys.argv[1]))
 try:
-    T.run_experiment(cfg, device="cpu", out=sys.argv[2], progress=False)
+    T.run_experiment(cfg, device="cpu", out=sys.argv[2], progress=False, verbose=True)
 except T.RunInterrupted as err:
     print("INTERRUPTED", err.run_dir, err.signal_name, flush=True)
     sys.exit(4)

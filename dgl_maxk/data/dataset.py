@@ -78,6 +78,14 @@ class Dataset:
                 "val": int(self.val_mask.sum()), "test": int(self.test_mask.sum()),
                 "notes": self.notes, **self.info}
 
+    def describe(self) -> str:
+        """The dataset in one line, for run logs."""
+        labels = "labels" if self.multilabel else "classes"
+        return (f"{self.num_nodes:,} nodes, {self.num_edges:,} edges, "
+                f"{self.num_features} features, {self.num_classes} {labels} ({self.metric}); "
+                f"{int(self.train_mask.sum()):,} / {int(self.val_mask.sum()):,} / "
+                f"{int(self.test_mask.sum()):,} train / val / test nodes")
+
 
 def index_to_mask(index, num_nodes: int) -> torch.Tensor:
     """A boolean node mask with ``True`` at ``index``."""

@@ -100,7 +100,10 @@ def _invalid(x: torch.Tensor, finite: bool) -> torch.Tensor:
 def nan_scan(x: torch.Tensor, finite: bool = False):
     """(NaN count, flat position of the first NaN, or 0 without one) of ``x`` as int64
     tensors on its device: no host sync. ``finite``: of its NaN and infinite values."""
-    bad = _invalid(x, finite).reshape(-1).view(torch.uint8)  # a view: no copy of the mask
+    bad = _invalid(x, finite).reshape(-1)
+    # eagerly a view (no copy of the mask); traced a conversion, which inductor fuses (its
+    # GPU code generation cannot reinterpret bool)
+    bad = bad.to(torch.uint8) if tracing() else bad.view(torch.uint8)
     first = bad.argmax() if bad.numel() else bad.new_zeros((), dtype=torch.long)
     return bad.sum(dtype=torch.int64), first
 

@@ -444,6 +444,8 @@ def graph_plan(graph, device) -> GraphPlan:
     cannot be traced): build it first, by this call or by one eager call of the model."""
     check_graph(graph)
     device = torch.device(device)
+    if device.index is None and device.type == "cuda":  # one cache entry for cuda, cuda:0
+        device = torch.device("cuda", torch.cuda.current_device())
     if isinstance(graph, SampledBlock):
         if graph.plan.device != device:
             raise DGLError(f"the sampled block is on {graph.plan.device} but the features are "

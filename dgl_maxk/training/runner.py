@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from tqdm.auto import tqdm
 
 try:
     import fcntl
@@ -85,7 +86,7 @@ class StopSignals:
 
 def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=None,
                    seeds=None, stop_after_epochs=None, time_limit=None, progress=True,
-                   quiet=False, dataset_cache: dict | None = None,
+                   quiet=False, verbose=False, dataset_cache: dict | None = None,
                    restart_corrupt=False) -> dict:
     """Run every variant and seed of a validated config; returns the results dict (also
     written to ``<run_dir>/results.json``), with ``complete`` False when a budget stopped it.
@@ -98,12 +99,18 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
     dataset_cache: a dict reused across calls to load each dataset once; restart_corrupt:
     restart from scratch any seed whose checkpoint is unreadable (moved aside to .corrupt).
 
+    What it prints: a progress bar per variant and seed on stderr where stderr is a terminal
+    (``progress``); on stdout the run's settings, each seed's score and the summary, with
+    ``verbose`` also a line per logged epoch, with ``quiet`` only warnings and the summary.
+    The run's log.txt has every line.
+
     Raises ConfigError (bad config, run directory or config.yaml), CheckpointError (an
     unreadable checkpoint), DatasetError, and RunInterrupted after SIGINT/SIGTERM (once the
     checkpoints are saved; after a second signal at once, keeping those saved before).
     Nothing is written to a run directory before every check passed.
     """
     budget = _budget(stop_after_epochs, time_limit)
+    stdout_level = _stdout_level(quiet, verbose)
     rank, world, dev = init_distributed(resolve_device(device))
     if resume is not None and seeds is not None:
         raise ConfigError("a resumed run keeps the seeds of its config.yaml; do not pass "
@@ -118,7 +125,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
         run_dir = _new_run_dir(out, cfg, rank)
     per_variant, complete, at_once = {}, False, None
     try:
-        with _only_run_in(run_dir, rank), _run_log(run_dir, quiet, rank) as stdout, \
+        with _only_run_in(run_dir, rank), _run_log(run_dir, stdout_level, rank) as stdout, \
                 StopSignals() as signals:
             # a resumed run's wall time adds this call's to its earlier calls', whose
             # environments (host, versions, threads) are kept beside this call's
@@ -212,12 +219,12 @@ def load_datasets(variants: dict, cache: dict | None = None, device=None):
         if key in loaded:
             continue
         if key in cache:
-            loaded[key] = f"dataset {d['name']}: {cache[key].summary()} (loaded before)"
+            loaded[key] = f"dataset {d['name']}: {cache[key].describe()} (loaded before)"
             continue
         t0 = time.perf_counter()
         cache[key] = _data.load_dataset(d["name"], root=d["root"], self_loops=d["self_loops"],
                                         device=device, **d["params"])
-        loaded[key] = (f"dataset {d['name']}: {cache[key].summary()} "
+        loaded[key] = (f"dataset {d['name']}: {cache[key].describe()} "
                        f"(loaded in {time.perf_counter() - t0:.1f} s)")
     return cache, list(loaded.values())
 
@@ -307,6 +314,25 @@ def _new_run_dir(out, cfg, rank) -> Path:
     return Path(broadcast_object(str(run_dir) if run_dir else None))
 
 
+def _stdout_level(quiet: bool, verbose: bool) -> int:
+    """The least level of the lines a run prints: epoch lines are DEBUG, the run's settings
+    and scores INFO."""
+    if quiet and verbose:
+        raise ConfigError("quiet and verbose exclude each other; give one of them")
+    return logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+
+
+class _Console(logging.StreamHandler):
+    """The terminal's share of the run's lines, written around the progress bars (tqdm
+    clears them for the line and draws them again below it)."""
+
+    def emit(self, record):
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:
+            self.handleError(record)
+
+
 class _RunLogFile(logging.FileHandler):
     """log.txt. A line it cannot take (a full disk) stops the run with an OSError naming the
     file, as the other run files do; logging would print a traceback for each line and go
@@ -320,19 +346,19 @@ class _RunLogFile(logging.FileHandler):
 
 
 @contextlib.contextmanager
-def _run_log(run_dir: Path, quiet: bool, rank: int):
-    """The ``dgl_maxk`` logger's lines go to stdout (warnings only with ``quiet``) and to
-    the run's log.txt, on process 0, for the duration of the block; yields the stdout
+def _run_log(run_dir: Path, stdout_level: int, rank: int):
+    """The ``dgl_maxk`` logger's lines go to the run's log.txt, all of them, and to stdout
+    from ``stdout_level`` up, on process 0, for the duration of the block; yields the stdout
     handler (None on other processes)."""
     logger = logging.getLogger("dgl_maxk")
     handlers, stdout = [], None
     if rank == 0:
-        stdout = logging.StreamHandler(sys.stdout)
-        stdout.setLevel(logging.WARNING if quiet else logging.INFO)
+        stdout = _Console(sys.stdout)
+        stdout.setLevel(stdout_level)
         handlers = [stdout, _RunLogFile(run_dir / "log.txt", encoding="utf-8")]
     saved = logger.level, logger.propagate
     # the run prints its own lines: a handler of the root logger would print each twice
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     logger.propagate = False
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(message)s"))

@@ -42,20 +42,18 @@ def _paddable(fanouts) -> bool:
     return all(f > 0 for f in fanouts)
 
 
-def resolve_cuda_graph(setting, *, maxk: bool, device, sampler: str, world: int,
-                       fanouts) -> bool:
+def resolve_cuda_graph(setting, *, device, sampler: str, world: int, fanouts) -> bool:
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
-    True where a graphed step applies, False never; ``"auto"`` for MaxK models trained by
-    one process where a graphed step applies. Fan-outs of -1 leave nothing to pad to.
-    Measured on an H200 (docs/performance.md): graphed MaxK steps no slower than eager ones
-    on median and steadier; ReLU's slower (the padding doubles its cuSPARSE work); under
-    torchrun the graphed step's own all-reduce was not measured through the trainer, which
-    keeps DDP there."""
+    True where a graphed step applies, False never; ``"auto"`` for models trained by one
+    process where a graphed step applies. Fan-outs of -1 leave nothing to pad to.
+    Measured on an H200 (docs/performance.md): graphed steps 1.2-1.9x the eager ones' seeds
+    per second, MaxK and ReLU; under torchrun the graphed step's own all-reduce was not
+    measured through the trainer, which keeps DDP there."""
     if not _paddable(fanouts):
         return False
     if setting != "auto":
         return bool(setting) and graph_applies(device, sampler)
-    return maxk and world == 1 and graph_applies(device, sampler)
+    return world == 1 and graph_applies(device, sampler)
 
 
 def _bounds(fanouts, batch_size, num_nodes):
@@ -267,7 +265,9 @@ class SampledStep:
         self.graphed = (cuda_graph and _paddable(fanouts) and not any(
             getattr(m, "_allow_zero_in_degree", True) is False for m in model.modules()))
         self.batch = None  # the PaddedBatch, made at the first batch that can use it
-        self.replays = 0
+        # full batches by how they ran: eagerly over the padding (the first after each
+        # sizing), captured, replayed
+        self.padded_steps = self.captures = self.replays = 0
         self._warm = False  # whether a padded step ran eagerly since the last capture
         self._replay = None  # (CUDA graph, loss, recorded NaN scans)
         self._grads = None  # (parameter, its gradient's view of a flat buffer), flat buffers
@@ -288,6 +288,7 @@ class SampledStep:
             return self._replayed()
         if not self._warm:
             self._warm = True
+            self.padded_steps += 1
             return self._step(self._padded)
         return self._probe_and_capture()
 
@@ -391,6 +392,7 @@ class SampledStep:
             return loss
         # capture records the kernels without running them: the gradients stay this step's
         self._replay = capture(lambda: self._padded(autocast_cache=False))
+        self.captures += 1
         return loss
 
     def _replayed(self):

@@ -56,8 +56,8 @@ def graphed_minibatch(cfg: dict, device, world: int) -> bool:
     ``sampling.cuda_graph`` resolved for this model, device and process count."""
     sampling = cfg["sampling"]
     return cfg["mode"] == "minibatch" and resolve_cuda_graph(
-        sampling["cuda_graph"], maxk=cfg["model"]["nonlinearity"] == "maxk", device=device,
-        sampler=sampling["sampler"], world=world, fanouts=sampling["fanouts"])
+        sampling["cuda_graph"], device=device, sampler=sampling["sampler"], world=world,
+        fanouts=sampling["fanouts"])
 
 
 class _SeedRun:
@@ -237,9 +237,10 @@ def _run_epochs(run: _SeedRun, state: dict, ckpt_path: Path, budget, signals, pr
     """Train from ``state``'s epoch to the last one, checkpointing as configured; True when
     the budget or a signal stopped it first (its checkpoint is then saved)."""
     t = run.cfg["train"]
-    bar = tqdm(total=t["epochs"], initial=state["epoch"], desc=tag.strip() or "train",
-               disable=None if progress else True, leave=False, file=sys.stderr,
-               dynamic_ncols=True)
+    # on a terminal only (disable=None); the seed's score line takes its place when it ends
+    bar = tqdm(total=t["epochs"], initial=state["epoch"], desc=tag.strip(" []") or "train",
+               unit="epoch", disable=None if progress else True, leave=False,
+               file=sys.stderr, dynamic_ncols=True)
     try:
         for epoch in range(state["epoch"] + 1, t["epochs"] + 1):
             try:
@@ -249,9 +250,9 @@ def _run_epochs(run: _SeedRun, state: dict, ckpt_path: Path, budget, signals, pr
                                        f"{_nan_cause(run.features)}; checkpoints saved before "
                                        "this epoch are kept") from None
             if epoch % t["log_every"] == 0 or epoch == t["epochs"]:
-                bar.clear()
-                LOG.info(_epoch_line(tag, row, t["epochs"]))
-                bar.refresh()
+                LOG.debug(_epoch_line(tag, row, t["epochs"]))  # log.txt; stdout if verbose
+            if "val" in row:
+                bar.set_postfix_str(f"val {row['val']:.4f}", refresh=False)
             bar.update(1)
             out_of_budget = budget is not None and budget.tick()
             stop = any_process(out_of_budget or (signals is not None and

@@ -139,6 +139,9 @@ def test_bench_minibatch_refuses_bad_arguments_before_starting(script_main, tmp_
              (["--fanouts", "0", "5", "5"], "fanouts"), (["--fanouts", "5", "5"], "fanouts")]
     for args, flag in cases:
         assert_error_line(script_main("bench_minibatch", *common, *args), 2, flag)
+    for flag, bad in (("--graph", "products"), ("--feature-memory", "ram")):
+        assert_error_line(script_main("bench_minibatch", *common, flag, bad), 2,
+                          f"argument {flag}: invalid choice")
     assert not out.exists()
 
 

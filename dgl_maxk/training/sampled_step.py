@@ -235,7 +235,9 @@ class SampledStep:
     ``cuda_graph=False``, or that read a tensor on the host (warned once, then every step)
     run :func:`train_step`. Padded steps draw their dropout
     masks over the padded rows: they give other random numbers than unpadded ones, the same
-    ones replayed or not.
+    ones replayed or not. ``padded_steps``, ``captures`` and ``replays`` count the full
+    batches that ran eagerly over the padding (one after each sizing of it), were captured,
+    and were replayed.
 
     Data parallel (under torchrun): with ``cuda_graph``, pass the model itself, not a
     DistributedDataParallel (whose hooks cannot be captured). The step then does what DDP

@@ -11,7 +11,7 @@ with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the 
 of the package index). Processes are spawned, one per GPU, and joined through NCCL (the
 gradients averaged by DistributedDataParallel, or by the graphed step itself). Each step is
 the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``), with ``--cuda-graph`` as
-the trainer's ``sampling.cuda_graph``: where it is on (or auto, the default, for MaxK in one
+the trainer's ``sampling.cuda_graph``: where it is on (or auto, the default, in one
 process) the device sampler's full batches replay a CUDA graph over padded blocks. The column
 "step" says what ran; "scaling vs 1 GPU" compares like steps only. Every variant runs
 under ``--precision`` (default tf32, the paper's setting). An epoch with fewer batches than

@@ -57,7 +57,7 @@ case $phase in
       --device cuda --seeds 1 --set train.epochs=10 --out /tmp/qs-ddp --no-progress --quiet \
       >> "$out/minibatch.log" 2>&1
     tail -n 4 "$out/minibatch.log"
-    # the graphed step (the default's choice for MaxK in one process; on two GPUs with its
+    # the graphed step (the default's choice in one process; on two GPUs with its
     # own all-reduce) and the eager one (DDP under torchrun) side by side
     python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --precision "${PRECISION:-tf32}" \
       --cuda-graph on off --out "$out" 2>&1 \

@@ -345,6 +345,11 @@ def _unknown_short_key(key: str) -> ConfigError:
     return ConfigError(f"unknown config key '{key}' ({hint})")
 
 
+def _did_you_mean(name: str, known) -> str:
+    near = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean '{near[0]}'? " if near else ""
+
+
 def resolve_key(key: str) -> str:
     """A dotted key, or a short one ('k', 'hidden', 'lr') when it names one key only."""
     parts = key.split(".")
@@ -359,11 +364,12 @@ def resolve_key(key: str) -> str:
         raise _unknown_short_key(key)
     section = parts[0]
     if section not in _SECTIONS:
-        raise ConfigError(f"unknown config key '{key}' (no section '{section}'; sections: "
-                          f"{list(_SECTIONS)})")
-    if parts[1] not in _SECTIONS[section].model_fields:
-        raise ConfigError(f"unknown config key '{key}' (known keys in '{section}': "
-                          f"{list(_SECTIONS[section].model_fields)})")
+        raise ConfigError(f"unknown config key '{key}' ({_did_you_mean(section, _SECTIONS)}"
+                          f"no section '{section}'; sections: {list(_SECTIONS)})")
+    known = _SECTIONS[section].model_fields
+    if parts[1] not in known:
+        raise ConfigError(f"unknown config key '{key}' ({_did_you_mean(parts[1], known)}"
+                          f"known keys in '{section}': {list(known)})")
     if len(parts) > 2 and parts[:2] != ["dataset", "params"]:
         raise ConfigError(f"unknown config key '{key}'")
     return key

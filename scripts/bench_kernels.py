@@ -196,10 +196,6 @@ def l2_bandwidth(device, reps, nbytes=16 << 20, passes=64):
     return passes * nbytes / (ms * 1e-3) / 1e9
 
 
-
-
-
-
 def build_graph(gname, seed, device):
     """The graph, its plan, edge values and edge groups, each step timed: (g, plan, ev)."""
     gpu = device.type == "cuda"

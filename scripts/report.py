@@ -276,10 +276,12 @@ def minibatch_rows(data: dict) -> list:
 def _timed_steps(data: dict) -> str:
     """How many steps the rows timed: ``--steps``, or fewer where a pass over the seeds (an
     epoch) ended first."""
-    steps = sorted({r["steps"] for r in data["results"]})
-    if steps == [data["args"]["steps"]]:
-        return f"{steps[0]} timed steps"
-    return f"{'/'.join(map(str, steps))} timed steps (one epoch)"
+    wanted, steps = data["args"]["steps"], sorted({r["steps"] for r in data["results"]})
+    if steps == [wanted]:
+        return f"{wanted} timed steps"
+    if len(steps) == 1:
+        return f"{steps[0]} timed steps (one epoch)"
+    return f"{wanted} timed steps, or one epoch where shorter"
 
 
 def minibatch_section(data: dict) -> list:

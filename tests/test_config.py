@@ -58,7 +58,8 @@ def test_messages_say_what_is_wrong():
     with pytest.raises(ConfigError, match=r"'model\.name' must be one of \['gcn', 'gin', "
                                           r"'sage'\], got 'gat'"):
         small_config(**{"model.name": "gat"})
-    with pytest.raises(ConfigError, match=r"'model\.hiden' \(known keys in 'model': .*'hidden'"):
+    with pytest.raises(ConfigError, match=r"'model\.hiden' \(did you mean 'hidden'\? known "
+                                          r"keys in 'model': .*'hidden'"):
         small_config(**{"model.hiden": 3})
     with pytest.raises(ConfigError, match=r"'train\.seeds' must not repeat a seed"):
         small_config(**{"train.seeds": [1, 1]})
@@ -202,8 +203,12 @@ def test_overrides_short_and_dotted_keys():
         C.apply_overrides(cfg, ["zzzz=3"])
     with pytest.raises(ConfigError, match="key=value"):
         C.apply_overrides(cfg, ["k16"])
-    with pytest.raises(ConfigError, match="no section 'trian'"):
+    with pytest.raises(ConfigError, match="did you mean 'train'. no section 'trian'"):
         C.apply_overrides(cfg, ["trian.lr=3"])
+    with pytest.raises(ConfigError, match=r"\(did you mean 'lr'. known keys in 'train'"):
+        C.apply_overrides(cfg, ["train.lrr=3"])
+    with pytest.raises(ConfigError, match=r"\(no section 'zzzz'"):  # nothing near: no guess
+        C.apply_overrides(cfg, ["zzzz.lr=3"])
     with pytest.raises(ConfigError, match=r"'model\.k\.x'"):
         C.apply_overrides(cfg, ["model.k.x=3"])
     with pytest.raises(ConfigError, match=r"'model' must be a mapping"):

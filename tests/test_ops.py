@@ -736,7 +736,7 @@ def test_misaligned_cbsr_rows_take_one_entry_loads():
 
 def test_forward_buffer_stride_fits_the_kernels_layout():
     """The buffer stride the launch hands the forward (d + ``P_PAD``) passes the kernel's
-    checks (cbsr_spgemm.cu's static_asserts and stride_fits) and fits its layout, for every
+    checks (cbsr_spgemm.cu's static_asserts and its run-time trap) and fits its layout, for every
     width: private buffers at least d floats and L more than a multiple of 32 apart, so that
     each sub-group's column c has its own shared-memory bank, 16-byte aligned where rows
     are; bank windows holding every column; the shared memory asked for is the warps'

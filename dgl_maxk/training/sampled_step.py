@@ -46,7 +46,7 @@ def resolve_cuda_graph(setting, *, device, sampler: str, world: int, fanouts) ->
     """Whether mini-batch steps are to replay a CUDA graph, by ``sampling.cuda_graph``:
     True where a graphed step applies, False never; ``"auto"`` for models trained by one
     process where a graphed step applies. Fan-outs of -1 leave nothing to pad to.
-    Measured on an H200 (docs/performance.md): graphed steps 1.2-1.9x the eager ones' seeds
+    Measured on an H200 (docs/performance.md): graphed steps 1.3-1.9x the eager ones' seeds
     per second, MaxK and ReLU; under torchrun the graphed step's own all-reduce was not
     measured through the trainer, which keeps DDP there."""
     if not _paddable(fanouts):
@@ -86,6 +86,12 @@ def batch_sizes(blocks) -> list:
     return [(b.num_dst_nodes(), b.num_src_nodes(), b.num_edges()) for b in blocks]
 
 
+def seen_sizes(blocks) -> list:
+    """What :class:`PaddedBatch` is sized by (``seen``), for one batch: per layer the most
+    destination and source rows, and the fewest and most edges."""
+    return [(d, s, e, e) for d, s, e in batch_sizes(blocks)]
+
+
 def _layout(fanouts, bounds, seen):
     """Per layer (real rows, padding rows, edge slots) and the source rows of the input
     layer, for the worst case (``seen`` None) or for batches like the ``seen`` ones (per
@@ -98,7 +104,9 @@ def _layout(fanouts, bounds, seen):
     real, window, slots = [], [], []
     for (dst_bound, _), f, layer in zip(bounds, fanouts, seen or [None] * len(fanouts)):
         if layer is None:
-            real.append(dst_bound), slots.append(dst_bound * f), window.append(dst_bound)
+            real.append(dst_bound)
+            slots.append(dst_bound * f)
+            window.append(dst_bound)
             continue
         most_dst, _, fewest, most = layer
         cap = min(dst_bound * f, math.ceil(most * _MARGIN))
@@ -116,11 +124,11 @@ class PaddedBatch:
     """Fixed-size copies of a device sampler's batch: blocks, input features and labels.
 
     Layer l holds ``dst_cap[l]`` destination rows: up to ``dst_real[l]`` real ones, then
-    ``dst_bound[l]`` padding rows that hold the edge slots the real rows leave; ``edge_cap[l]``
-    edges; and ``src_cap[l]`` source rows (the padding edges come from the ``dst_bound[l]``
+    ``pad_rows[l]`` padding rows that hold the edge slots the real rows leave; ``edge_cap[l]``
+    edges; and ``src_cap[l]`` source rows (the padding edges come from the ``pad_rows[l]``
     rows right after the real ones); the features have ``src_cap[0]`` rows and the labels
     ``batch_size``. Without ``seen`` the sizes are the most the fan-outs and the batch size
-    allow; with ``seen`` (:func:`batch_sizes` of real batches, merged by :meth:`grown`)
+    allow; with ``seen`` (:func:`seen_sizes` of real batches, merged by :meth:`grown`)
     they are those batches' sizes with headroom (:data:`_MARGIN`), far smaller where the
     fan-outs overlap in the graph. :meth:`fits` says whether a batch can be copied in,
     :meth:`load` copies it (a few small kernels per layer, no host synchronisation),
@@ -132,10 +140,10 @@ class PaddedBatch:
         self.fanouts, self.batch_size = list(fanouts), int(batch_size)
         self.num_nodes, self.seen = int(num_nodes), seen
         bounds = _bounds(self.fanouts, self.batch_size, self.num_nodes)
-        self.dst_real, self.dst_bound, self.edge_cap, input_rows = _layout(
+        self.dst_real, self.pad_rows, self.edge_cap, input_rows = _layout(
             self.fanouts, bounds, seen)
-        self.dst_cap = [r + w for r, w in zip(self.dst_real, self.dst_bound)]
-        self.src_cap = ([max(input_rows + self.dst_bound[0], self.dst_cap[0])]
+        self.dst_cap = [r + w for r, w in zip(self.dst_real, self.pad_rows)]
+        self.src_cap = ([max(input_rows + self.pad_rows[0], self.dst_cap[0])]
                         + self.dst_cap[:-1])
         device = features.device
         self.indptr = [torch.zeros(c + 1, dtype=torch.int64, device=device)
@@ -143,12 +151,12 @@ class PaddedBatch:
         self.indices = [torch.empty(e, dtype=torch.int64, device=device)
                         for e in self.edge_cap]
         # edge slots after the real ones: padding row i ends f * (i + 1) entries later, and
-        # padding edge j comes from source row (real source rows) + j % dst_bound: at most f
-        # edges a source (distinct sources within a row where f <= dst_bound)
+        # padding edge j comes from source row (real source rows) + j % pad_rows: at most f
+        # edges a source (distinct sources within a row where f <= pad_rows)
         self._slots = [torch.arange(1, c + 1, device=device) * f
                        for c, f in zip(self.dst_cap, self.fanouts)]
         self._sources = [torch.arange(e, device=device) % w
-                         for e, w in zip(self.edge_cap, self.dst_bound)]
+                         for e, w in zip(self.edge_cap, self.pad_rows)]
         self.features = torch.zeros((self.src_cap[0],) + features.shape[1:],
                                     dtype=features.dtype, device=device)
         self.labels = torch.zeros((self.batch_size,) + labels.shape[1:], dtype=labels.dtype,
@@ -158,10 +166,9 @@ class PaddedBatch:
 
     def grown(self, blocks) -> "PaddedBatch":
         """A batch sized for the batches this one was sized for and ``blocks``."""
-        sizes = batch_sizes(blocks)
-        seen = [(d, s, e, e) for d, s, e in sizes] if self.seen is None else [
+        seen = seen_sizes(blocks) if self.seen is None else [
             (max(d, a), max(s, b), min(e, c), max(e, x))
-            for (d, s, e), (a, b, c, x) in zip(sizes, self.seen)]
+            for (d, s, e, _), (a, b, c, x) in zip(seen_sizes(blocks), self.seen)]
         return PaddedBatch(self.fanouts, self.batch_size, self.num_nodes, self.features,
                            self.labels, seen)
 
@@ -174,7 +181,7 @@ class PaddedBatch:
                 and b.num_src_nodes() <= src - window
                 and slots - window * f <= b.num_edges() <= slots
                 for b, f, real, window, src, slots in zip(
-                    blocks, self.fanouts, self.dst_real, self.dst_bound, self.src_cap,
+                    blocks, self.fanouts, self.dst_real, self.pad_rows, self.src_cap,
                     self.edge_cap)):
             return False
         return (blocks[-1].num_dst_nodes() == self.batch_size
@@ -237,7 +244,7 @@ class SampledStep:
     masks over the padded rows: they give other random numbers than unpadded ones, the same
     ones replayed or not. ``padded_steps``, ``captures`` and ``replays`` count the full
     batches that ran eagerly over the padding (one after each sizing of it), were captured,
-    and were replayed.
+    and were replayed (a step whose capture was refused counts in none).
 
     Data parallel (under torchrun): with ``cuda_graph``, pass the model itself, not a
     DistributedDataParallel (whose hooks cannot be captured). The step then does what DDP
@@ -312,8 +319,7 @@ class SampledStep:
                               f"{_MAX_PADDING}x their edges, so the steps run eagerly",
                               RuntimeWarning, stacklevel=3)
                 return False
-            seen = [(d, s, e, e) for d, s, e in batch_sizes(blocks)]
-            batch = PaddedBatch(*self.sizes, features, labels, seen)
+            batch = PaddedBatch(*self.sizes, features, labels, seen_sizes(blocks))
             if not batch.fits(blocks, features, labels):
                 self.graphed = False  # blocks of other fan-outs: no batch will fit
                 return False

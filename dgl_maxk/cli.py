@@ -181,8 +181,9 @@ def _validate(args) -> int:
 
 def _datasets(args) -> int:
     print(f"data root: {data_root()} (--set dataset.root=DIR or $DGL_MAXK_DATA)")
+    width = max(map(len, dataset_names()))
     for name in dataset_names():
-        print(f"  {name:14} {layout(name)}")
+        print(f"  {name:{width}} {layout(name)}")
     return EXIT_OK
 
 

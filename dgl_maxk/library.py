@@ -388,3 +388,17 @@ def sddmm(indptr: Tensor, indices: Tensor, num_src: int, norm: str, grad_y: Tens
     plan = GraphPlan.of(indptr, indices, num_src)
     return _weight_gradient(plan, backends.reference.sddmm(plan, grad_y, x), norm,
                             _scale_dtype(x))
+
+
+# --------------------------------------------------------------------------- rows
+
+def _gather_rows_fake(table, index):
+    return table.new_empty((index.shape[0], *table.shape[1:]), device=index.device)
+
+
+@operator("gather_rows", _gather_rows_fake)
+def gather_rows(table: Tensor, index: Tensor) -> Tensor:
+    """Rows ``index`` (int64) of ``table`` on the index's device; a table in pinned host
+    memory is read there by the index's GPU directly. Not differentiable (it feeds models
+    their input rows)."""
+    return backends.for_tensor(index).gather_rows(table, index)

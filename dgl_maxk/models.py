@@ -131,6 +131,24 @@ class MaxKGNN(nn.Module):
     def layer_graph(graph, i):
         return graph[i] if isinstance(graph, (list, tuple)) else graph
 
+    # Layer-wise inference (dgl_maxk.training.inference) computes forward, in eval mode, one
+    # aggregation layer at a time over all nodes: layer_input(0, features), then for each i
+    # layer_output(i, block, x) for batches of destination nodes and layer_input(i + 1, .)
+    # of those rows, and lin_out of the last layer's output. Every step but the aggregation
+    # is row-wise, so each layer's aggregated input (CBSR under MaxK: k values a row) is all
+    # that is stored between layers.
+
+    def layer_input(self, i, h):
+        """The input of aggregation layer ``i`` from ``h``, row by row (eval mode): from the
+        input features for i = 0, else from layer i - 1's output (:meth:`layer_output`).
+        CBSR under MaxK, dense under ReLU."""
+        raise NotImplementedError
+
+    def layer_output(self, i, graph, x):
+        """Aggregation layer ``i`` (its norm included) on ``graph`` (a block) for its
+        sources' inputs ``x`` (:meth:`layer_input`), eval mode."""
+        raise NotImplementedError
+
 
 class MaxKSAGE(MaxKGNN):
     """GraphSAGE of the paper; see :class:`MaxKGNN` for the parameters."""
@@ -162,6 +180,12 @@ class MaxKSAGE(MaxKGNN):
             fused = fuse
         return self.lin_out(h)
 
+    def layer_input(self, i, h):
+        return self.activate(self.lin_in(h) if i == 0 else h)
+
+    def layer_output(self, i, graph, x):
+        return self.layers[i](graph, x)
+
 
 def _fusable(conv, following) -> bool:
     """Whether ``conv``'s LayerNorm can run fused with the MaxK that ``following`` applies to
@@ -191,6 +215,12 @@ class _LinearActDropConv(MaxKGNN):
             x = self.drop(self.activate(self.linears[i](h)))
             h = self.norms[i](self.convs[i](self.layer_graph(graph, i), x))
         return self.lin_out(h)
+
+    def layer_input(self, i, h):
+        return self.activate(self.linears[i](F.relu(self.lin_in(h)) if i == 0 else h))
+
+    def layer_output(self, i, graph, x):
+        return self.norms[i](self.convs[i](graph, x))
 
 
 class MaxKGCN(_LinearActDropConv):

@@ -126,12 +126,38 @@ def variant_k(name: str) -> int | None:
     return None if name == "relu" else int(name.removeprefix("maxk-k"))
 
 
+#: Each --graph's sizes (nodes, mean in-degree, feature width, classes and the training
+#: seeds' share) and samplers: the flags' defaults; and its dataset.
+GRAPHS = {
+    "products-sized": dict(nodes=2_449_029, degree=123_718_280 / 2_449_029, features=100,
+                           classes=47, train_fraction=0.08, samplers=["device", "dgl"],
+                           dataset="powerlaw"),
+    "papers100m-sized": dict(nodes=111_059_956, degree=1_615_685_872 / 111_059_956,
+                             features=128, classes=172, train_fraction=1_207_179 / 111_059_956,
+                             samplers=["device"], dataset="papers100m-sized"),
+}
+
+
 def add_graph_and_model_arguments(parser):
-    """The products-sized graph and the SAGE model's flags."""
-    parser.add_argument("--nodes", type=positive_int, default=2_449_029)
-    parser.add_argument("--degree", type=float, default=123_718_280 / 2_449_029)
-    parser.add_argument("--features", type=positive_int, default=100)
-    parser.add_argument("--classes", type=int, default=47)
-    parser.add_argument("--train-fraction", type=float, default=0.08)
+    """--graph, its sizes and the SAGE model's flags; sizes left out take --graph's
+    (:func:`graph_defaults`)."""
+    parser.add_argument("--graph", choices=tuple(GRAPHS), default="products-sized",
+                        help="products-sized: the powerlaw dataset at ogbn-products' size "
+                             "(default); papers100m-sized: the papers100m-sized dataset, built "
+                             "on the GPU (device sampler only)")
+    sizes = "(default: --graph's)"
+    parser.add_argument("--nodes", type=positive_int, help=sizes)
+    parser.add_argument("--degree", type=float, help=f"mean in-degree {sizes}")
+    parser.add_argument("--features", type=positive_int, help=f"feature width {sizes}")
+    parser.add_argument("--classes", type=int, help=sizes)
+    parser.add_argument("--train-fraction", type=float, help=sizes)
     parser.add_argument("--hidden", type=positive_int, default=256)
     parser.add_argument("--layers", type=positive_int, default=3)
+
+
+def graph_defaults(args):
+    """``args`` with the sizes and samplers left out set to --graph's."""
+    for key, value in GRAPHS[args.graph].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args

@@ -1,11 +1,15 @@
 """Mini-batch training throughput: ReLU vs MaxK on sampled blocks, on 1 and N GPUs.
 
 On an ogbn-products-sized generated graph (2,449,029 nodes, ~123.7M edges, 100 features, 47
-classes, 8% training seeds as in ogbn-products), GraphSAGE 3 x 256 with fan-outs 15,10,5 and
-batches of 1024 seeds: for each variant and GPU count, the time of ``--steps`` training steps
-per process after warm-up, the throughput in seed nodes per second (all processes together),
-the epoch time it implies, and where the time goes (waiting for the sampler, feature gathering
-and copying, compute), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
+classes, 8% training seeds as in ogbn-products; ``--graph papers100m-sized``: the
+``papers100m-sized`` dataset, 111,059,956 nodes, 1,615,685,872 edges, 128 features, 172
+classes, 1,207,179 training seeds, built on the GPU with no DGL graph, device sampler only),
+GraphSAGE 3 x 256 with fan-outs 15,10,5 and batches of 1024 seeds: for each variant and GPU
+count, the time of ``--steps`` training steps per process after warm-up, the throughput in
+seed nodes per second (all processes together), the epoch time it implies, and where the
+time goes (waiting for the sampler, feature gathering and copying, compute; the device
+sampler gathers each batch's feature rows itself, ahead of the step, so its wait holds what
+that gather did not hide), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
 The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.SAGEConv``
 with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
 of the package index). Processes are spawned, one per GPU, and joined through NCCL (the
@@ -15,7 +19,10 @@ the trainer's ``sampling.cuda_graph``: where it is on (or auto, the default, in 
 process) the device sampler's full batches replay a CUDA graph over padded blocks. The column
 "step" says what ran; "scaling vs 1 GPU" compares like steps only. Every variant runs
 under ``--precision`` (default tf32, the paper's setting). An epoch with fewer batches than
-``--steps`` times all of them (the output says how many).
+``--steps`` times all of them (the output says how many). ``--feature-memory host`` keeps the
+features in pinned host memory, each batch's rows read by the GPU directly (the trainer's
+``sampling.features: host``); each row records the peak GPU memory allocated while it ran
+(graph and features included).
 
 The arguments are checked (through the trainer's config checks) before any process starts:
 bad ones give one line, ``error: ...``, and exit status 2. A process that fails stops the
@@ -24,6 +31,8 @@ the processes and writes the rows measured before it, marked ``"interrupted": tr
 status 130 or 143).
 
     python scripts/bench_minibatch.py --gpus 1 2 --out runs/minibatch
+    python scripts/bench_minibatch.py --graph papers100m-sized --gpus 1 --samplers device \
+        --feature-memory device host --variants maxk-k32 --out runs/papers
     python scripts/bench_minibatch.py --device cpu --gpus 1 --nodes 20000 --degree 10 \\
         --batch-size 256 --steps 5                                  # a CPU smoke run
 """
@@ -37,9 +46,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
-from _common import (GRAPH_SETTINGS, VARIANT_RULE, Parser,  # noqa: E402
-                     add_graph_and_model_arguments, add_precision_argument, checked, one_of,
-                     positive_int, run_script, variant_k, variant_name)
+from _common import (GRAPH_SETTINGS, GRAPHS, VARIANT_RULE, Parser,  # noqa: E402
+                     add_graph_and_model_arguments, add_precision_argument, checked,
+                     graph_defaults, one_of, positive_int, run_script, variant_k,
+                     variant_name)
 
 
 def build_parser():
@@ -51,9 +61,15 @@ def build_parser():
     parser.add_argument("--batch-size", type=positive_int, default=1024)
     parser.add_argument("--variants", type=variant_name, nargs="+",
                         default=["relu", "maxk-k8", "maxk-k32"], help=VARIANT_RULE)
-    parser.add_argument("--samplers", nargs="+", default=["device", "dgl"],
+    parser.add_argument("--samplers", nargs="+",
                         help="device: dgl_maxk's sampler on the GPU, ahead of the step; dgl: "
-                             "DGL's NeighborSampler on the CPU (default: both, side by side)")
+                             "DGL's NeighborSampler on the CPU (default: both, side by side; "
+                             "papers100m-sized: device)")
+    parser.add_argument("--feature-memory", nargs="+", choices=("device", "host"),
+                        default=["device"],
+                        help="where the features stay: device, or host (pinned host memory "
+                             "read by the GPU directly, as sampling.features: host); give "
+                             "both to time them side by side")
     parser.add_argument("--prefetch", type=int, default=None,
                         help="batches the device sampler prepares ahead (default: the "
                              "trainer's, 1 on a GPU, 0 on a CPU)")
@@ -93,7 +109,7 @@ from dgl_maxk.models import aligned_features, build_model  # noqa: E402
 from dgl_maxk.training import ConfigError, distributed, validate_config  # noqa: E402
 from dgl_maxk.training.checkpoint import signals_deferred  # noqa: E402
 from dgl_maxk.training.precision import MATMUL_PRECISION, PRECISIONS, precision_scope  # noqa: E402
-from dgl_maxk.sampling import DeviceGraph  # noqa: E402
+from dgl_maxk.sampling import DeviceGraph, pinned  # noqa: E402
 from dgl_maxk.training.sampling import SAMPLERS, epoch_loader, train_epoch  # noqa: E402
 from dgl_maxk.training.sampled_step import SampledStep, resolve_cuda_graph  # noqa: E402
 from dgl_maxk.training.step import make_optimizer  # noqa: E402
@@ -103,15 +119,43 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 
-def build_data(args):
-    """The generated graph, its features and labels, and the training seeds (from the seed,
-    so every process builds the same)."""
-    data = load_dataset("powerlaw", self_loops=False, num_nodes=args.nodes,
-                        mean_degree=args.degree, num_features=args.features,
-                        num_classes=args.classes, seed=args.seed)
+#: papers100M's validation and test shares (the papers100m-sized dataset's splits).
+PAPERS_EVAL_SHARES = {"num_valid": 125_265 / 111_059_956, "num_test": 214_338 / 111_059_956}
+
+
+def dataset_params(args) -> dict:
+    """The generator's parameters of ``--graph`` at the flags' sizes."""
+    params = {"num_nodes": args.nodes, "num_features": args.features,
+              "num_classes": args.classes, "seed": args.seed}
+    if args.graph == "products-sized":
+        return dict(params, mean_degree=args.degree)
+    return dict(params, num_edges=round(args.nodes * args.degree),
+                num_train=max(1, round(args.nodes * args.train_fraction)),
+                **{key: max(1, round(args.nodes * share))
+                   for key, share in PAPERS_EVAL_SHARES.items()})
+
+
+def build_data(args, device):
+    """(DGL graph or None, DeviceGraph or None, features on the host, labels, training seeds)
+    of ``--graph``, from the seed, so every process builds the same: the products-sized
+    graph on the host, with DGL's; the papers100m-sized one on ``device``, a DeviceGraph."""
+    data = load_dataset(GRAPHS[args.graph]["dataset"], self_loops=False, device=device,
+                        **dataset_params(args))
+    if args.graph == "papers100m-sized":
+        return None, data.graph, data.features, data.labels, data.train_mask.nonzero()[:, 0]
     gen = torch.Generator().manual_seed(args.seed)
     train_idx = torch.randperm(args.nodes, generator=gen)[:int(args.nodes * args.train_fraction)]
-    return data.graph, data.features, data.labels, train_idx, args.classes
+    device_graph = DeviceGraph.from_dgl(data.graph, device) if "device" in args.samplers else None
+    return data.graph, device_graph, data.features, data.labels, train_idx
+
+
+def placed_features(features, memory, device):
+    """The features padded for lin_in as the trainer pads them, on ``device``, or with
+    ``memory`` 'host' in pinned host memory (the GPU reads each batch's rows directly)."""
+    if memory == "device":
+        return aligned_features(features.to(device))
+    rows = aligned_features(features)
+    return pinned(rows) if device.type == "cuda" else rows
 
 
 def worker(rank, world, args, port, queue):
@@ -166,43 +210,63 @@ def arms(args):
 
 
 def time_variants(rank, world, device, args, queue):
-    """Time every sampler x variant on this process; rank 0 puts each one's numbers on
-    ``queue``."""
+    """Time every feature memory x sampler x variant on this process; rank 0 puts each one's
+    numbers on ``queue``."""
     t0 = time.perf_counter()
-    graph, feats, labels, train_idx, classes = build_data(args)
-    device_graph = DeviceGraph.from_dgl(graph, device) if "device" in args.samplers else None
+    graph, device_graph, feats, labels, train_idx = build_data(args, device)
     build_s = time.perf_counter() - t0
-    # padded for lin_in as the trainer pads them
-    feats_d, labels_d = aligned_features(feats.to(device)), labels.to(device)
-    for sampler, graph_mode in arms(args):
-        for variant in args.variants:
-            torch.manual_seed(args.seed)
-            k = variant_k(variant)
-            model = build_model("sage", feats.shape[1], args.hidden, classes, args.layers,
-                                k=k or 32, dropout=0.5, padded_input=True,
-                                nonlinearity="relu" if k is None else "maxk").to(device)
-            graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], device=device,
-                                         sampler=sampler, world=world, fanouts=args.fanouts)
-            if not graphed:  # as the trainer: DDP, unless the step is graphed
-                model = distributed.data_parallel(model, device)
-            sampling = {"sampler": sampler, "fanouts": args.fanouts,
-                        "batch_size": args.batch_size, "prefetch": args.prefetch}
-            loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph)
-            stats = time_variant(model, loader, feats_d, labels_d, device, args, world,
-                                 graphed)
-            seeds = stats["seeds"]
-            stats = distributed.all_reduce_mean(stats, device)
-            step = "graphed" if stats["replayed_steps"] == stats["steps"] else (
-                "eager" if stats["replayed_steps"] == 0 else "mixed")
-            stats.update(sampler=sampler, cuda_graph=graph_mode, step=step, variant=variant,
-                         seeds_total=seeds * world,
-                         graph=(graph.num_nodes(), graph.num_edges(), len(train_idx), build_s))
-            if rank == 0:
-                queue.put(stats)
+    labels_d = labels.to(device)
+    for memory in args.feature_memory:
+        feats_x = placed_features(feats, memory, device)
+        for sampler, graph_mode in arms(args):
+            for variant in args.variants:
+                stats = time_arm(args, world, device, graph, device_graph, feats_x, labels_d,
+                                 train_idx, sampler, graph_mode, variant)
+                stats.update(features=memory, graph=(args.nodes, num_edges(graph, device_graph),
+                                                     len(train_idx), build_s))
+                if rank == 0:
+                    queue.put(stats)
+        del feats_x
+
+
+def num_edges(graph, device_graph) -> int:
+    return device_graph.num_edges if graph is None else graph.num_edges()
+
+
+def time_arm(args, world, device, graph, device_graph, feats, labels, train_idx, sampler,
+             graph_mode, variant):
+    """One variant's numbers (averaged over the processes), with this process's peak GPU
+    memory while it ran (GiB; None on a CPU)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    torch.manual_seed(args.seed)
+    k = variant_k(variant)
+    model = build_model("sage", args.features, args.hidden, args.classes, args.layers,
+                        k=k or 32, dropout=0.5, padded_input=True,
+                        nonlinearity="relu" if k is None else "maxk").to(device)
+    graphed = resolve_cuda_graph(GRAPH_SETTINGS[graph_mode], device=device, sampler=sampler,
+                                 world=world, fanouts=args.fanouts)
+    if not graphed:  # as the trainer: DDP, unless the step is graphed
+        model = distributed.data_parallel(model, device)
+    sampling = {"sampler": sampler, "fanouts": args.fanouts, "batch_size": args.batch_size,
+                "prefetch": args.prefetch}
+    loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph, feats)
+    stats = time_variant(model, loader, feats, labels, device, args, world, graphed)
+    seeds = stats["seeds"]
+    stats = distributed.all_reduce_mean(stats, device)
+    step = "graphed" if stats["replayed_steps"] == stats["steps"] else (
+        "eager" if stats["replayed_steps"] == 0 else "mixed")
+    stats.update(sampler=sampler, cuda_graph=graph_mode, step=step, variant=variant,
+                 seeds_total=seeds * world,
+                 peak_gpu_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None)
+    return stats
 
 
 #: the config keys that the flags fill (each of --variants sets ``model.k``)
 CONFIG_FLAGS = {"dataset.params.num_nodes": "--nodes", "dataset.params.mean_degree": "--degree",
+                "dataset.params.num_edges": "--degree",
+                "dataset.params.num_train": "--train-fraction",
                 "dataset.params.num_features": "--features",
                 "dataset.params.num_classes": "--classes", "dataset.params.seed": "--seed",
                 "model.hidden": "--hidden", "model.layers": "--layers",
@@ -216,10 +280,9 @@ def as_config(args) -> dict:
     variants = {name: {"model.nonlinearity": "relu"} if variant_k(name) is None
                 else {"model.nonlinearity": "maxk", "model.k": variant_k(name)}
                 for name in args.variants}
-    params = {"num_nodes": args.nodes, "mean_degree": args.degree,
-              "num_features": args.features, "num_classes": args.classes, "seed": args.seed}
     return {"name": "bench_minibatch", "mode": "minibatch",
-            "dataset": {"name": "powerlaw", "self_loops": False, "params": params},
+            "dataset": {"name": GRAPHS[args.graph]["dataset"], "self_loops": False,
+                        "params": dataset_params(args)},
             "model": {"name": "sage", "hidden": args.hidden, "layers": args.layers,
                       "nonlinearity": "relu"},
             "sampling": {"fanouts": args.fanouts, "batch_size": args.batch_size,
@@ -230,7 +293,7 @@ def as_config(args) -> dict:
 def parse_args(argv=None):
     """The arguments, checked before any process starts."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = graph_defaults(parser.parse_args(argv))
     checked(parser, "--samplers", one_of(SAMPLERS), args.samplers)
     checked(parser, "--precision", one_of(PRECISIONS), args.precision)
     problem = argument_problem(args)
@@ -246,6 +309,9 @@ def argument_problem(args) -> str | None:
         check_out_dir(Path(args.out))
     except ConfigError as err:
         return flag_error(err, CONFIG_FLAGS)
+    if args.graph == "papers100m-sized" and "dgl" in args.samplers:
+        return ("argument --samplers: the papers100m-sized graph is built on the device, "
+                "without the DGL graph that DGL's sampler needs; give --samplers device")
     if args.warmup < 0:
         return f"argument --warmup: must be >= 0, got {args.warmup}"
     if not 0 < args.train_fraction <= 1:
@@ -290,7 +356,8 @@ def run_world(ctx, world, args, first, rows):
 
 def _collect(procs, queue, world, args, first, rows):
     """Rank 0's results as rows of ``rows``, each printed as it comes."""
-    for stats in worker_results(procs, queue, len(arms(args)) * len(args.variants)):
+    count = len(args.feature_memory) * len(arms(args)) * len(args.variants)
+    for stats in worker_results(procs, queue, count):
         sampler, step, variant = stats["sampler"], stats["step"], stats["variant"]
         graph_mode = stats["cuda_graph"]
         nodes, edges, seeds, build_s = stats.pop("graph")
@@ -305,12 +372,15 @@ def _collect(procs, queue, world, args, first, rows):
                "step_ms": stats["wall_s"] / stats["steps"] * 1e3,
                "epoch_s_estimate": seeds / throughput,
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
-               "compute_s": stats["compute_s"], "wall_s": stats["wall_s"]}
+               "compute_s": stats["compute_s"], "wall_s": stats["wall_s"],
+               "features": stats["features"], "peak_gpu_gib": stats["peak_gpu_gib"]}
         rows.append(row)
-        print(f"{sampler:6s} graph {graph_mode:4s} ({step}) {variant:9s} x{world}: "
-              f"{throughput:10.0f} seeds/s, "
+        peak = row["peak_gpu_gib"]
+        print(f"{sampler:6s} graph {graph_mode:4s} ({step}) {variant:9s} x{world} features "
+              f"{row['features']:6s}: {throughput:10.0f} seeds/s, "
               f"{row['step_ms']:.1f} ms/step over {row['steps']:g} steps, "
               f"epoch ~{row['epoch_s_estimate']:.1f} s"
+              + (f", peak GPU memory {peak:.1f} GiB" if peak is not None else "")
               + (f" (sample {stats['sample_s']:.2f} s, copy {stats['copy_s']:.2f} s, "
                  f"compute {stats['compute_s']:.2f} s)" if args.breakdown else ""),
               flush=True)
@@ -368,11 +438,13 @@ def markdown_table(results, args) -> str:
              + (", bfloat16 autocast" if args.precision == "bf16" else "") + ").", "",
              "| sampler | cuda_graph (step run) | variant | GPUs | seeds/s | ms/step | "
              "epoch (s, est.) | "
-             "sampling wait / copy / compute (ms/step) | scaling vs 1 GPU | speedup vs ReLU |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "sampling wait / copy / compute (ms/step) | scaling vs 1 GPU | speedup vs ReLU | "
+             "features | peak GPU memory (GiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         def same(o, **kw):
             return (o["sampler"] == r["sampler"] and o["cuda_graph"] == r["cuda_graph"]
+                    and o["features"] == r["features"]
                     and all(o[k] == v for k, v in kw.items()))
         # scaling compares like steps (auto graphs on one GPU, not under DDP)
         one = next((o for o in results
@@ -387,7 +459,8 @@ def markdown_table(results, args) -> str:
                      f"{r['gpus']} | "
                      f"{r['throughput_seeds_per_s']:.0f} | {r['step_ms']:.1f} | "
                      f"{r['epoch_s_estimate']:.1f} | {split if args.breakdown else ''} | "
-                     f"{scale} | {vs} |")
+                     f"{scale} | {vs} | {r['features']} | "
+                     + (f"{r['peak_gpu_gib']:.1f} |" if r["peak_gpu_gib"] is not None else " |"))
     return "\n".join(lines)
 
 

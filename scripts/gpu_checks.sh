@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What the GPU machine runs for dgl_maxk's evidence, in phases that fit one device call each.
-#   [PRECISION=fp32|tf32|bf16] bash scripts/gpu_checks.sh tests|kernels|compare|minibatch [OUT_DIR]
+#   [PRECISION=fp32|tf32|bf16] [FEATURES=device|host] bash scripts/gpu_checks.sh PHASE [OUT_DIR]
+# PHASE: tests, kernels, compare, minibatch, papers-bench or papers-train
 # Expects the wheels to install (torch, DGL, CuPy) in .whl/, carried to the machine.
 set -uo pipefail
-phase=${1:?phase: tests, kernels, compare or minibatch}
+phase=${1:?phase: tests, kernels, compare, minibatch, papers-bench or papers-train}
 out=${2:-${OUT:-runs/gpu}}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 DGLBACKEND=pytorch NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -20,7 +21,7 @@ case $phase in
     python3 -m pytest -q -p no:cacheprovider tests/test_cuda_kernels.py tests/test_edge_cases.py \
       tests/test_ops.py tests/test_layers.py tests/test_errors.py tests/test_models.py \
       tests/test_device_sampling.py tests/test_train.py tests/test_sampled_step.py \
-      > "$out/tests.txt" 2>&1
+      tests/test_large_graphs.py > "$out/tests.txt" 2>&1
     tail -n 15 "$out/tests.txt"
     # the same quickstart through the kernels and through the pure-torch path
     for backend in auto torch; do
@@ -62,6 +63,21 @@ case $phase in
     python3 scripts/bench_minibatch.py --gpus 1 2 --breakdown --precision "${PRECISION:-tf32}" \
       --cuda-graph on off --out "$out" 2>&1 \
       | grep -v -i warn | tee -a "$out/minibatch.log"
+    ;;
+  papers-bench)
+    # ogbn-papers100M's size on one GPU: the sampled step with the features in GPU memory
+    # and in pinned host memory, peak GPU memory per arm
+    python3 scripts/bench_minibatch.py --graph papers100m-sized --gpus 1 \
+      --variants relu maxk-k32 --feature-memory device host --breakdown \
+      --precision "${PRECISION:-tf32}" --out "$out" 2>&1 | grep -v -i warn \
+      | tee "$out/papers_bench.log"
+    ;;
+  papers-train)
+    # the config through the CLI: two epochs, then the layer-wise evaluation
+    python3 -m dgl_maxk train --config configs/papers100m_sized_minibatch.yaml --device cuda \
+      --out "$out/papers_runs" --no-progress ${FEATURES:+--set sampling.features=$FEATURES} \
+      > "$out/papers_train.log" 2>&1
+    tail -n 8 "$out/papers_train.log"
     ;;
   *) echo "unknown phase $phase"; exit 2 ;;
 esac

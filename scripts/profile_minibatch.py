@@ -1,7 +1,7 @@
 """Where a sampled training step's time goes, phase by phase, on the device sampler.
 
-Two passes per variant over the products-sized graph of ``bench_minibatch.py`` (the same
-generator, sizes and model):
+Two passes per variant over a graph of ``bench_minibatch.py`` (the same ``--graph``,
+generator, sizes and model; products-sized by default):
 
 - **phases**: the eager step taken apart, the GPU synchronised at every boundary: each
   hop's sampling (row pointers and edge count, the picks, unique and relabel, edge ids and
@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # where _common is
 from _common import (GRAPH_SETTINGS, Parser, add_graph_and_model_arguments,  # noqa: E402
-                     add_precision_argument, checked, one_of, positive_int, run_script,
-                     variant_k, variant_name)
+                     add_precision_argument, checked, graph_defaults, one_of, positive_int,
+                     run_script, variant_k, variant_name)
 
 
 def build_parser():
@@ -59,7 +59,6 @@ from bench_minibatch import build_data  # noqa: E402
 from dgl_maxk import envinfo  # noqa: E402
 from dgl_maxk.cli import run_command  # noqa: E402
 from dgl_maxk.models import aligned_features, build_model  # noqa: E402
-from dgl_maxk.sampling import DeviceGraph  # noqa: E402
 from dgl_maxk.sampling import sampler as sampler_module  # noqa: E402
 from dgl_maxk.training.precision import PRECISIONS, autocast, precision_scope  # noqa: E402
 from dgl_maxk.training.sampled_step import SampledStep, resolve_cuda_graph  # noqa: E402
@@ -246,12 +245,10 @@ def print_variant(name, phases, traces):
             print(f"   {kind:40s} {ms:8.3f} ms")
 
 
-
-
 def parse_args(argv=None):
     """The arguments, checked before any work."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = graph_defaults(parser.parse_args(argv))
     checked(parser, "--precision", one_of(PRECISIONS), args.precision)
     if not torch.cuda.is_available():
         parser.error("no CUDA GPU: the profile times GPU kernels")
@@ -268,8 +265,7 @@ def main(argv=None) -> int:
 def profile(args) -> int:
     """Both passes of every variant, printed, then written to profile_minibatch.json."""
     device = torch.device("cuda")
-    graph_cpu, feats, labels, train_idx, classes = build_data(args)
-    graph = DeviceGraph.from_dgl(graph_cpu, device)
+    _, graph, feats, labels, train_idx = build_data(args, device)
     feats, labels = aligned_features(feats.to(device)), labels.to(device)
     train_idx = train_idx.to(device)
     results = []
@@ -277,7 +273,7 @@ def profile(args) -> int:
         for variant in args.variants:
             k = variant_k(variant)
             torch.manual_seed(args.seed)
-            model = build_model("sage", args.features, args.hidden, classes, args.layers,
+            model = build_model("sage", args.features, args.hidden, args.classes, args.layers,
                                 k=k or 32, dropout=0.5, padded_input=True,
                                 nonlinearity="relu" if k is None else "maxk").to(device)
             phases = phase_pass(model, graph, train_idx, feats, labels, device, args)

@@ -1,5 +1,5 @@
-"""Small runs of every CUDA kernel variant (the neighbour sampler's and the dense-row kernels'
-too), for compute-sanitizer (memcheck, racecheck).
+"""Small runs of every CUDA kernel variant (the neighbour sampler's, the row gather's and the
+dense-row kernels' too), for compute-sanitizer (memcheck, racecheck).
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python scripts/sanitize_kernels.py
     compute-sanitizer --tool racecheck python scripts/sanitize_kernels.py
@@ -108,6 +108,7 @@ def check_kernels() -> int:
         with launch.overrides(group_size=group_size):
             bad += check_graph_kernels(group_size, dev)
     bad += check_sampler(dev)
+    bad += check_gather_rows(dev)
     torch.cuda.synchronize()
     print("all ok" if bad == 0 else f"{bad} case(s) off")
     return 1 if bad else 0
@@ -183,3 +184,16 @@ def check_sampler(dev) -> int:
         print(f"sample_neighbors fanout={fanout}: {'ok' if ok else 'MISMATCH'}")
     return bad
 
+
+def check_gather_rows(dev) -> int:
+    """Rows of pinned host tables read by the GPU (16-byte words, odd widths, an offset
+    start); the number of bad cases."""
+    bad = 0
+    index = torch.tensor([4, 0, 8, 4, 7], device=dev)
+    for shape in ((128,), (3,), (5, 3)):
+        table = torch.randn((10,) + shape).pin_memory()
+        for host in (table, table[1:]):
+            ok = torch.equal(cuda.gather_rows(host, index), host[index.cpu()].to(dev))
+            bad += not ok
+            print(f"gather_rows {tuple(host.shape)}: {'ok' if ok else 'MISMATCH'}")
+    return bad

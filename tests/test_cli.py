@@ -140,6 +140,10 @@ def test_datasets_command_lists_layouts():
     assert r.returncode == 0, r.stderr
     assert "reddit_69f818f5" in r.stdout and "ogbn_arxiv" in r.stdout
     assert "planted" in r.stdout and "powerlaw" in r.stdout
+    assert "ogbn_papers100M/ {raw/data.npz, raw/node-label.npz" in r.stdout
+    starts = {len(line) - len(line.lstrip()[len(line.split()[0]):].lstrip())
+              for line in r.stdout.splitlines()[1:]}
+    assert len(starts) == 1, r.stdout  # the layouts in one column
 
 
 # --------------------------------------------------------------------------- bad input

@@ -99,8 +99,21 @@ def check_cases(device):
     yield dgl_ops.check_cbsr_pattern, (random_cbsr(5, 8, 3, device)[1], 8)
 
 
+def row_cases(device):
+    """Rows of any dtype and shape, repeated and unordered ids, none; on a GPU also rows of a
+    table in pinned host memory, which the GPU reads directly."""
+    index = torch.randint(0, 50, (30,), device=device)
+    for shape, dtype in (((50, 7), torch.float32), ((50, 3, 2), torch.float16),
+                         ((50,), torch.int64)):
+        table = (torch.randn(shape) * 100).to(dtype)
+        tables = [table.to(device)] + ([table.pin_memory()] if device == "cuda" else [])
+        for rows in tables:
+            yield dgl_ops.gather_rows, (rows, index)
+            yield dgl_ops.gather_rows, (rows, index[:0])
+
+
 CASES = {"maxk": maxk_cases, "dense rows": dense_row_cases, "aggregation": aggregation_cases,
-         "checks": check_cases}
+         "checks": check_cases, "rows": row_cases}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -118,6 +131,17 @@ def test_every_registered_op_is_opchecked():
                   if name.startswith("dgl_maxk::")}
     checked = {op._qualified_op_name.split("::")[1] for cases in CASES.values() for op, _ in cases("cpu")}
     assert registered == checked
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_row_gather_compiles_whole(device):
+    """A batch's feature rows, from the device or (on a GPU) from pinned host memory."""
+    from dgl_maxk.sampling import gather_rows
+    table = torch.randn(50, 6)
+    table = table.pin_memory() if device == "cuda" else table
+    index = torch.randint(0, 50, (20,), device=device)
+    compiled = torch.compile(gather_rows, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(table, index), table[index.cpu()].to(device))
 
 
 # --------------------------------------------------------------------------- the models

@@ -698,6 +698,27 @@ def test_sample_neighbors_matches_reference(fanout):
     assert got.unique().numel() == got.numel(), seed
 
 
+@pytest.mark.parametrize("dtype, shape", [(torch.float32, (128,)), (torch.float32, (3,)),
+                                          (torch.uint8, (32,)), (torch.float16, (5, 3)),
+                                          (torch.int64, ())])
+def test_gather_rows_reads_pinned_host_rows_from_the_gpu(dtype, shape):
+    """The GPU reads the rows of a pinned host table directly: index_select's rows, bit for
+    bit, for rows of whole 16-byte words and odd widths, a table starting off a word
+    boundary, repeated and unordered ids; device tables and unpinned host tables take the
+    reference, with the same rows."""
+    seed = fresh_seed()
+    table = (torch.randn((5001,) + shape) * 100).to(dtype)
+    index = torch.randint(0, 5000, (3001,), device=DEV)
+    for host in (table.pin_memory(), table.pin_memory()[1:]):
+        poison()
+        got = cuda.gather_rows(host, index)
+        want = host.index_select(0, index.cpu()).to(DEV)
+        assert got.device == index.device and torch.equal(got, want), seed
+    for other in (table, table.to(DEV)):
+        assert torch.equal(cuda.gather_rows(other, index), table[index.cpu()].to(DEV)), seed
+    assert cuda.gather_rows(table.pin_memory(), index[:0]).shape == (0,) + shape
+
+
 # --------------------------------------------------------------------------------------------
 # torch.library / torch.compile
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 
 import dgl_maxk  # noqa: F401  (imports DGL through the package's compatibility fix)
 from dgl_maxk import data as D
+from dgl_maxk.data.files import PAPERS, PAPERS_FILES
 
 #: Cora's raw files, shared by every test: read only through :func:`copy_cora` (a load from
 #: the shared folder itself writes DGL's processed cache there whenever it is writable).
@@ -125,6 +127,32 @@ def write_fake_ogb(root: Path, name, n=40, m=120, release=True, seed=0):
         (folder / "RELEASE_v1.txt").write_text("fake release\n")
     out["split"] = parts
     return out
+
+
+def papers_files(root: Path, n=300, fortran=False):
+    """ogbn-papers100M's files in OGB's layout, tiny: (sources, destinations, features,
+    labels, splits) written, citations some both ways, nodes outside the splits unlabelled
+    (NaN), features float16 (the loader makes them float32)."""
+    src, dst = torch.randint(0, n, (2000,)), torch.randint(0, n, (2000,))
+    src[:50], dst[:50] = dst[50:100], src[50:100]
+    feat = torch.randn(n, 6).to(torch.float16)
+    label = torch.randint(0, 172, (n,)).double()
+    perm = torch.randperm(n)
+    splits = {"train": perm[:40], "valid": perm[40:60], "test": perm[60:90]}
+    label[perm[90:]] = float("nan")
+    folder = root / "ogbn_papers100M"
+    (folder / "raw").mkdir(parents=True)
+    (folder / "split" / "time").mkdir(parents=True)
+    edges = np.stack([src.numpy(), dst.numpy()])
+    np.savez_compressed(folder / "raw" / "data.npz",
+                        edge_index=np.asfortranarray(edges) if fortran else edges,
+                        node_feat=feat.numpy(), num_nodes_list=np.array([n]),
+                        num_edges_list=np.array([src.numel()]))
+    np.savez_compressed(folder / "raw" / "node-label.npz", node_label=label.numpy()[:, None])
+    for name, index in splits.items():
+        with gzip.open(folder / "split" / "time" / f"{name}.csv.gz", "wt") as f:
+            f.write("".join(f"{i}\n" for i in index.tolist()))
+    return src, dst, feat, label, splits
 
 
 @pytest.fixture
@@ -341,6 +369,21 @@ def test_missing_ogb_dataset_lists_layout(tmp_path, no_prompt):
     assert msg.splitlines()[0] == ("dataset 'ogbn-products' is not on disk: its folder "
                                    f"{tmp_path / 'ogbn_products'}/ does not exist")
     assert not any(tmp_path.iterdir())
+
+
+def test_missing_ogbn_papers100m_lists_its_files(tmp_path):
+    folder = tmp_path / "ogbn_papers100M"
+    with pytest.raises(D.DatasetNotFound) as err:
+        D.load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
+    first, *rest = str(err.value).splitlines()
+    assert first == f"dataset 'ogbn-papers100m' is not on disk: its folder {folder}/ does not exist"
+    assert "papers100M-bin.zip" in rest[0] and [line.strip() for line in rest[1:6]] == list(
+        PAPERS_FILES)
+    papers_files(tmp_path)
+    (folder / PAPERS_FILES[-1]).unlink()
+    with pytest.raises(D.DatasetNotFound, match=rf"missing from {folder}/: {PAPERS_FILES[-1]}"):
+        D.load_dataset("ogbn-papers100M", root=tmp_path, device="cpu")
+    assert D.layout("ogbn-papers100M", tmp_path) == f"{folder}/ {{{', '.join(PAPERS_FILES)}}}"
 
 
 # --------------------------------------------------------------------------- Cora (real)
@@ -602,18 +645,24 @@ def fake_dataset(name: str, root: Path) -> Path:
         return write_fake_saint(root, folder, multilabel=name == "yelp", classes=9)[0]
     if name == "cora":
         return copy_cora(root)
+    if name == PAPERS:
+        papers_files(root)
+        return root / "ogbn_papers100M"
     return write_fake_ogb(root, name)["folder"]
 
 
 def _files_of(name: str) -> list:
     """Every file of a real dataset that a loader reads."""
+    if name == PAPERS:
+        return list(PAPERS_FILES)
     if name.startswith("ogbn-"):
         return [f for f in D.ogb_layout(name, "/")[1] if f != "RELEASE_v1.txt"]
     return list(D.dgl_layout(name, "/")[1])
 
 
 EVERY_FILE = [pytest.param(name, file, marks=[needs_cora] if name == "cora" else [])
-              for name in ("reddit", "flickr", "yelp", "cora", "ogbn-arxiv", "ogbn-proteins")
+              for name in ("reddit", "flickr", "yelp", "cora", "ogbn-arxiv", "ogbn-proteins",
+                           PAPERS)
               for file in _files_of(name)]
 
 
@@ -626,9 +675,28 @@ def test_every_damaged_raw_file_is_named(tmp_path, no_prompt, cache_dir, name, f
         D.load_dataset(name, root=tmp_path)
     origin = ("the contents of " + D.dgl_layout(name, "/")[2] if not name.startswith("ogbn-")
               else f"the official zip http://snap.stanford.edu/ogb/data/nodeproppred/"
-                   f"{name[5:]}.zip")
+                   f"{'papers100M-bin' if name == PAPERS else name[5:]}.zip")
     assert_names_damaged_file(err, name, folder / file,
                               f"Replace it with a good copy from {origin}")
+
+
+def test_a_damaged_compressed_array_is_named(tmp_path):
+    """An .npz archive whose compressed array is damaged inside (an invalid deflate block:
+    zlib's error, which the archive's structure does not show) is named like a cut one."""
+    folder = fake_dataset(PAPERS, tmp_path)
+    path = folder / "raw" / "data.npz"
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("node_feat.npy")
+    name_and_extra = int.from_bytes(data[info.header_offset + 26:info.header_offset + 30],
+                                    "little")  # the local header's lengths (two uint16)
+    start = info.header_offset + 30 + (name_and_extra & 0xFFFF) + (name_and_extra >> 16)
+    data[start] = 0b111  # BFINAL, then the reserved block type 11
+    path.write_bytes(bytes(data))
+    with pytest.raises(D.DatasetError) as err:
+        D.load_dataset(PAPERS, root=tmp_path, device="cpu")
+    assert_names_damaged_file(err, PAPERS, path, "Replace it with a good copy")
+    assert "invalid block type" in str(err.value)
 
 
 def _lines(change):
@@ -697,6 +765,23 @@ def _with_a_training_node(path: Path):
         first = f.readline()
     with gzip.open(path, "at") as f:
         f.write(first)
+
+
+def _split_node_label(value):
+    """A damage of ogbn-papers100M's labels: the first training node's becomes ``value``."""
+    def apply(path: Path):
+        with gzip.open(path.parents[1] / "split" / "time" / "train.csv.gz", "rt") as f:
+            first = int(f.readline())
+        _arrays(_set("node_label", (first, 0), value))(path)
+    return apply
+
+
+def _resized(key, rows):
+    """A change of array ``key`` (for :func:`_arrays`) to its first ``rows`` rows, or to
+    integers (``rows`` None)."""
+    def change(arrays):
+        arrays[key] = arrays[key][:rows] if rows is not None else arrays[key].astype(np.int32)
+    return change
 
 
 def _one_hot_two(labels):
@@ -789,6 +874,26 @@ DISAGREEING = [
      "39 rows, but num-node-list.csv.gz says 40 nodes", None),
     ("ogbn-proteins", "raw/node-label.csv.gz", _lines(lambda lines: lines[:1] + lines[2:]),
      "39 rows", None),
+    (PAPERS, "raw/data.npz", _arrays(_set("edge_index", (1, 7), 300)),
+     "to 300, outside 0..299", None),
+    (PAPERS, "raw/data.npz", _arrays(_resized("node_feat", -1)),
+     "'node_feat' of shape (299, 6), not a row for each of the 300 nodes", None),
+    (PAPERS, "raw/data.npz", _arrays(_resized("node_feat", None)),
+     "'node_feat' holds int32, not floats", None),
+    (PAPERS, "raw/data.npz", _arrays(_resized("num_nodes_list", 0)),
+     "'num_nodes_list' is [], not one node count", None),
+    (PAPERS, "raw/node-label.npz", _arrays(_resized("node_label", -1)),
+     "'node_label' of shape (299, 1), not a label for each of the 300 nodes", None),
+    (PAPERS, "raw/node-label.npz", _split_node_label(np.nan),
+     "of a split has the label nan, not a class 0..171", None),
+    (PAPERS, "raw/node-label.npz", _split_node_label(172),
+     "of a split has the label 172.0, not a class 0..171", None),
+    (PAPERS, "split/time/train.csv.gz", _lines(lambda lines: lines + lines[:1]),
+     "a node id twice in 'train'", None),
+    (PAPERS, "split/time/valid.csv.gz", _with_a_training_node,
+     "'valid' shares node ids with an earlier split", None),
+    (PAPERS, "split/time/test.csv.gz", _lines(lambda lines: ["300"] + lines[1:]),
+     "'test' node ids from", None),
 ]
 
 

@@ -139,6 +139,9 @@ def test_bench_minibatch_refuses_bad_arguments_before_starting(script_main, tmp_
              (["--fanouts", "0", "5", "5"], "fanouts"), (["--fanouts", "5", "5"], "fanouts")]
     for args, flag in cases:
         assert_error_line(script_main("bench_minibatch", *common, *args), 2, flag)
+    for flag, bad in (("--graph", "products"), ("--feature-memory", "ram")):
+        assert_error_line(script_main("bench_minibatch", *common, flag, bad), 2,
+                          f"argument {flag}: invalid choice")
     assert not out.exists()
 
 
@@ -373,7 +376,7 @@ def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
         return {"sampler": "device", "cuda_graph": "auto", "step": step, "variant": "maxk-k8",
                 "gpus": gpus, "steps": 1, "throughput_seeds_per_s": seeds_per_s,
                 "step_ms": 1.0, "epoch_s_estimate": 1.0, "sample_s": 0.0, "copy_s": 0.0,
-                "compute_s": 0.0}
+                "compute_s": 0.0, "features": "device", "peak_gpu_gib": None}
     table = bench.markdown_table([row("graphed", 1, 100.0), row("eager", 2, 150.0),
                                   row("eager", 1, 60.0)], args)
     scaling = [line.split("|")[9].strip() for line in table.splitlines()[4:]]

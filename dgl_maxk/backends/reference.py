@@ -222,6 +222,11 @@ def sddmm(plan, grad_y, x):
     return out
 
 
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` of ``table`` (any device), on the index's device."""
+    return table.index_select(0, index.to(table.device)).to(index.device, non_blocking=True)
+
+
 def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
     """The sampled in-edges of each node of ``dst`` as positions (int64) in the graph's
     in-edge CSR ``graph_indptr``, in the order of the block's CSR ``block_indptr``

@@ -5,7 +5,10 @@ Real datasets (read offline from a data root; nothing is downloaded here):
 - ``reddit``, ``flickr``, ``yelp`` -- DGL's dataset classes (``raw_dir`` = the data root);
 - ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-proteins`` -- OGB's ``DglNodePropPredDataset``;
   proteins gets node features = sum of its incoming edges' 8 features, 112 binary tasks;
-- ``cora``, ``citeseer``, ``pubmed`` -- DGL's planetoid classes (the standard public split).
+- ``cora``, ``citeseer``, ``pubmed`` -- DGL's planetoid classes (the standard public split);
+- ``ogbn-papers100M`` -- OGB's files read without OGB, a chunk at a time, its graph a
+  ``DeviceGraph`` built on the training device (no DGL graph on the host); its files are
+  checked as the others' are, its edges' node ids as they are read.
 
 Generators owned by the package (no files needed, reproducible from ``seed``):
 
@@ -14,7 +17,10 @@ Generators owned by the package (no files needed, reproducible from ``seed``):
   ``homophily``), and node features = ``feature_snr`` x (class mean) + N(0, I) noise;
 - ``powerlaw`` -- a graph of chosen size and mean degree with log-normal in-degrees
   (:func:`power_law_csr`), for speed work. Its features and labels are RANDOM: accuracy on it
-  is chance level and means nothing.
+  is chance level and means nothing;
+- ``papers100m-sized`` -- ogbn-papers100M's shape by default (111M nodes, 1.6B edges), its
+  graph a ``DeviceGraph`` built on the training device, labels planted by a rule over each
+  node's and its in-neighbours' features.
 
 The data root is the ``root`` argument, else the environment variable ``DGL_MAXK_DATA``, else
 ``./data``. A missing dataset raises :class:`DatasetNotFound` at once, naming the files to
@@ -34,8 +40,9 @@ Modules, each importing only those before it: ``dataset`` (the Dataset type and 
 ``params`` (parameter ranges), ``generators``, ``files`` (data root, layouts, writable copy),
 ``formats`` (reading each file format, finding a damaged file), ``checks`` (what a dataset's
 raw files must agree on), ``processed`` (the record of a processed cache), ``unreadable``
-(the errors naming a damaged file), ``loaders``, ``registry`` (names, checks of parameters,
-``load_dataset``).
+(the errors naming a damaged file), ``loaders``, ``device_graphs`` (CSR graphs built on a
+device a chunk at a time), ``papers`` (the two papers100M-sized datasets), ``registry``
+(names, checks of parameters, ``load_dataset``).
 """
 from .dataset import Dataset, DatasetError, DatasetNotFound
 from .files import data_root, dgl_layout, ogb_layout

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from .files import OGB_SPECS, PLANETOID, PLANETOID_PARTS
+from .files import OGB_SPECS, PAPERS, PLANETOID, PLANETOID_PARTS
 from .formats import (Damaged, in_range, npy_shape, npz_array, npz_shapes, read_integers,
                       read_json, read_pickle, require, sparse_shape, table_column,
                       table_stats)
@@ -227,8 +227,33 @@ def check_ogb_split(folder: Path, files, nodes: int) -> None:
                       for rel in files if rel.startswith("split/")}, nodes)
 
 
+def _papers(name: str, folder: Path, files) -> None:
+    """ogbn-papers100M's arrays (from their headers: its 26 GB edge list is read later, a
+    chunk at a time, its ids checked then) and its split."""
+    data, labels = files[:2]
+    shapes = npz_shapes(folder, data)
+    require({"edge_index", "node_feat", "num_nodes_list"} <= set(shapes), data,
+            "it lacks one of the arrays edge_index, node_feat, num_nodes_list")
+    counts = npz_array(folder, data, "num_nodes_list")
+    require(counts.shape == (1,) and np.issubdtype(counts.dtype, np.integer)
+            and counts[0] >= 1, data,
+            f"'num_nodes_list' is {counts.tolist()}, not one node count (the dataset is one "
+            "graph)")
+    nodes = int(counts[0])
+    require(len(shapes["edge_index"]) == 2 and shapes["edge_index"][0] == 2, data,
+            f"'edge_index' of shape {shapes['edge_index']}, not 2 x E")
+    require(len(shapes["node_feat"]) == 2 and shapes["node_feat"][0] == nodes, data,
+            f"'node_feat' of shape {shapes['node_feat']}, not a row for each of the {nodes} "
+            "nodes of 'num_nodes_list'")
+    label = npz_shapes(folder, labels).get("node_label")
+    require(label in ((nodes,), (nodes, 1)), labels,
+            f"'node_label' of shape {label}, not a label for each of the {nodes} nodes of "
+            f"{data}")
+    check_ogb_split(folder, files, nodes)
+
+
 _RULES = {**{name: _planetoid for name in PLANETOID}, **{name: _ogb for name in OGB_SPECS},
-          "reddit": _reddit, "flickr": _saint, "yelp": _saint}
+          "reddit": _reddit, "flickr": _saint, "yelp": _saint, PAPERS: _papers}
 
 
 def check_raw(name: str, folder: Path, files) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._dgl import dgl
+from ..sampling import DeviceGraph
 
 
 class DatasetError(ValueError):
@@ -24,8 +25,9 @@ class Dataset:
     Attributes
     ----------
     name : str
-    graph : DGLGraph
-        On the CPU; self-loops as requested
+    graph : DGLGraph or DeviceGraph
+        A DGLGraph on the CPU, self-loops as requested; for graphs too large for that
+        (papers100m-sized, ogbn-papers100M), a DeviceGraph on the training device
     features : Tensor (N, F) float32
     labels : Tensor (N,) int64, or (N, C) float32 when ``multilabel``
     train_mask, val_mask, test_mask : Tensor (N,) bool
@@ -62,9 +64,15 @@ class Dataset:
     def num_features(self) -> int:
         return self.features.shape[1]
 
+    @property
+    def num_edges(self) -> int:
+        if isinstance(self.graph, DeviceGraph):
+            return self.graph.num_edges
+        return int(self.graph.num_edges())
+
     def summary(self) -> dict:
         return {"name": self.name, "num_nodes": self.num_nodes,
-                "num_edges": int(self.graph.num_edges()), "num_features": self.num_features,
+                "num_edges": self.num_edges, "num_features": self.num_features,
                 "num_classes": self.num_classes, "multilabel": self.multilabel,
                 "metric": self.metric, "train": int(self.train_mask.sum()),
                 "val": int(self.val_mask.sum()), "test": int(self.test_mask.sum()),
@@ -73,7 +81,7 @@ class Dataset:
     def describe(self) -> str:
         """The dataset in one line, for run logs."""
         labels = "labels" if self.multilabel else "classes"
-        return (f"{self.num_nodes:,} nodes, {self.graph.num_edges():,} edges, "
+        return (f"{self.num_nodes:,} nodes, {self.num_edges:,} edges, "
                 f"{self.num_features} features, {self.num_classes} {labels} ({self.metric}); "
                 f"{int(self.train_mask.sum()):,} / {int(self.val_mask.sum()):,} / "
                 f"{int(self.test_mask.sum()):,} train / val / test nodes")

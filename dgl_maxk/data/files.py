@@ -62,6 +62,13 @@ OGB_SPECS = {
 #: OGB's processed cache, relative to the dataset's folder.
 OGB_CACHE = "processed/dgl_data_processed"
 
+#: ogbn-papers100M, read without OGB (whose loader builds a DGL graph on the host): its
+#: name, its folder under the data root and the files read there (the official zip's).
+PAPERS = "ogbn-papers100m"
+PAPERS_FOLDER = "ogbn_papers100M"
+PAPERS_FILES = ("raw/data.npz", "raw/node-label.npz", "split/time/train.csv.gz",
+                "split/time/valid.csv.gz", "split/time/test.csv.gz")
+
 
 def data_root(root=None) -> Path:
     """The data root: ``root``, else ``$DGL_MAXK_DATA``, else ``./data``."""
@@ -104,11 +111,19 @@ def ogb_source(name: str, folder: Path) -> str:
             f"unpacked, with its top folder '{short}' renamed to '{folder.name}'")
 
 
+def papers_source() -> str:
+    """Where ogbn-papers100M's files come from, in words."""
+    return ("the official zip http://snap.stanford.edu/ogb/data/nodeproppred/papers100M-bin.zip"
+            f" unpacked, with its top folder 'papers100M-bin' renamed to '{PAPERS_FOLDER}'")
+
+
 def describe_layout(name: str, root=None) -> str:
     """Where a real dataset's files go under the data root, in words."""
     if name in DGL_SPECS:
         folder, files, _ = dgl_layout(name, root)
         return f"{folder}/ {{{', '.join(files)}}}"
+    if name == PAPERS:
+        return f"{data_root(root) / PAPERS_FOLDER}/ {{{', '.join(PAPERS_FILES)}}}"
     folder, _ = ogb_layout(name, root)
     return (f"{folder}/ (the official {name.split('-')[1]}.zip unpacked and renamed; "
             "with RELEASE_v1.txt, raw/, split/)")
@@ -184,6 +199,16 @@ def check_ogb_files(name: str, root) -> tuple[Path, bool]:
         raise _not_found(name, root, folder, needed, missing, files,
                          f"Put {ogb_source(name, folder)} at {folder}/", note)
     return folder, has_cache
+
+
+def check_papers_files(name: str, root) -> Path:
+    """ogbn-papers100M's folder; DatasetNotFound when one of its files is missing."""
+    folder = data_root(root) / PAPERS_FOLDER
+    missing = [f for f in PAPERS_FILES if not (folder / f).is_file()]
+    if missing:
+        raise _not_found(name, root, folder, PAPERS_FILES, missing, PAPERS_FILES,
+                         f"Put {papers_source()} at {folder}/")
+    return folder
 
 
 # --------------------------------------------------------------------------- writable copy

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import warnings
 import zipfile
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,9 +25,9 @@ import pandas as pd
 from .._dgl import dgl
 
 #: What DGL's, OGB's and these readers raise on a damaged or missing file (numpy, zipfile,
-#: gzip, json, pickle, pandas, DGL's graph serializer): caught around their calls only.
+#: zlib, gzip, json, pickle, pandas, DGL's graph serializer): caught around their calls only.
 READ_ERRORS = (OSError, EOFError, ValueError, KeyError, IndexError, OverflowError,
-               zipfile.BadZipFile, pickle.UnpicklingError, dgl.DGLError)
+               zipfile.BadZipFile, zlib.error, pickle.UnpicklingError, dgl.DGLError)
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -117,15 +118,21 @@ def npz_shapes(folder: Path, rel: str) -> dict:
             require(info.filename.endswith(".npy"), rel,
                     f"its member {info.filename} is not a NumPy array")
             with archive.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = header(f)
+                shape, _, dtype = npy_header(f)
                 size = f.tell() + math.prod(shape) * dtype.itemsize
             require(info.file_size == size, rel,
                     f"its member {info.filename} holds {info.file_size} bytes, not {size}")
             shapes[info.filename[:-4]] = shape
     return shapes
+
+
+def npy_header(f) -> tuple:
+    """(shape, Fortran order, dtype) from the header of the .npy stream ``f``, which is then
+    at the array's data."""
+    version = np.lib.format.read_magic(f)
+    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+              else np.lib.format.read_array_header_2_0)
+    return header(f)
 
 
 def _npz(path: Path, rel: str):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..sampling.sampler import row_ranges
 from .dataset import index_to_mask
 from .params import Param, check_values, with_defaults
 
@@ -70,15 +71,16 @@ def _distribute(weights: torch.Tensor, total: int, cap: int, gen) -> torch.Tenso
 
 def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0, device="cpu",
                   max_degree: int | None = None, num_src: int | None = None,
-                  sigma: float = DEFAULT_SIGMA):
-    """A random graph as CSR over destination rows: ``(indptr int64, indices int64)``.
+                  sigma: float = DEFAULT_SIGMA, index_dtype=torch.int64,
+                  chunk_edges: int | None = None):
+    """A random graph as CSR over destination rows: ``(indptr int64, indices)``.
 
     ``num_nodes`` destination rows get log-normal in-degrees (``exp(sigma * N(0, 1))``,
     scaled so that they sum to exactly ``num_edges``; at most ``max_degree`` each when given);
     each edge's source is uniform in ``[0, num_src)`` (``num_src`` defaults to ``num_nodes``;
     give another value for a rectangular block), and each row lists its sources in ascending
     order. Duplicate edges may occur (a multigraph), as
-    with uniform sampling. Deterministic for a given seed and device.
+    with uniform sampling. Deterministic for a given seed, device and ``chunk_edges``.
 
     Parameters
     ----------
@@ -94,6 +96,12 @@ def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0, device="cpu",
         Source nodes (columns)
     sigma : float
         Log-normal spread of the degrees
+    index_dtype : torch.dtype
+        torch.int64, or torch.int32 (half the memory, for up to 2^31 sources)
+    chunk_edges : int, optional
+        Draw and sort the sources of whole rows this many edges at a time (a longer row
+        alone), so that the temporaries stay that size beside the CSR (a papers100M-sized
+        graph on a GPU); None: all at once
     """
     num_src = num_nodes if num_src is None else int(num_src)
     num_nodes, num_edges = int(num_nodes), int(num_edges)
@@ -109,14 +117,26 @@ def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0, device="cpu",
     weights = weights.mul_(sigma).exp_()
     deg = _distribute(weights, num_edges, cap, gen) if num_nodes else \
         torch.zeros(0, dtype=torch.int64, device=device)
+    del weights
     indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
     torch.cumsum(deg, 0, out=indptr[1:])
+    if chunk_edges is None:
+        return indptr, _sorted_sources(deg, num_edges, num_src, gen).to(index_dtype)
+    indices = torch.empty(num_edges, dtype=index_dtype, device=device)
+    for r0, r1, e0, e1 in row_ranges(indptr, chunk_edges):
+        indices[e0:e1] = _sorted_sources(deg[r0:r1], e1 - e0, num_src, gen)
+    return indptr, indices
+
+
+def _sorted_sources(deg, num_edges: int, num_src: int, gen) -> torch.Tensor:
+    """Uniform sources (int64) of the rows of in-degrees ``deg``, ascending within each row."""
+    device = deg.device
     indices = torch.randint(0, max(num_src, 1), (num_edges,), generator=gen, device=device,
                             dtype=torch.int64)
     # each row's sources ascending, as GraphPlan.from_graph orders them
-    offset = torch.repeat_interleave(torch.arange(num_nodes, device=device) * max(num_src, 1),
+    offset = torch.repeat_interleave(torch.arange(deg.numel(), device=device) * max(num_src, 1),
                                      deg, output_size=num_edges)
-    return indptr, torch.sort(indices + offset).values - offset
+    return torch.sort(indices + offset).values - offset
 
 
 # --------------------------------------------------------------------------- datasets

@@ -6,9 +6,11 @@ block's plan on the GPU costs what MaxK saves. Here the graph's in-edges live on
 a CSR (:class:`DeviceGraph`), :class:`NeighborSampler` draws DGL's uniform sampling without
 replacement with torch on that device and returns :class:`~dgl_maxk.sparse.SampledBlock`
 objects whose plans come with them, and :class:`NeighborLoader` samples batches ahead of the
-training step on its own thread and CUDA stream.
+training step on its own thread and CUDA stream. :func:`gather_rows` gives a batch its feature
+rows, also from features kept in pinned host memory, which the GPU reads directly.
 """
 from .loader import NeighborLoader
+from .rows import gather_rows, pinned
 from .sampler import DeviceGraph, NeighborSampler
 
-__all__ = ["DeviceGraph", "NeighborSampler", "NeighborLoader"]
+__all__ = ["DeviceGraph", "NeighborSampler", "NeighborLoader", "gather_rows", "pinned"]

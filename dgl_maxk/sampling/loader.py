@@ -4,8 +4,10 @@
 over the seed nodes per iteration, shuffled from its ``seed``, this process's share of them
 under data parallelism, and each batch sampled by a producer thread on its own CUDA stream
 while the step before it computes (``prefetch`` batches ahead; 0 samples in the caller's
-thread). The batches and their order depend only on ``seed``, the pass number, the rank and
-the number of processes, not on ``prefetch`` or timing.
+thread), with its input nodes' feature rows when given a feature table (gathered there too:
+from pinned host memory, the bus's time then overlaps the step's). The batches and their
+order depend only on ``seed``, the pass number, the rank and the number of processes, not on
+``prefetch`` or timing.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import threading
 import torch
 
 from ..sparse import input_checks
+from .rows import check_table, gather_rows
 from .sampler import DeviceGraph, NeighborSampler, check_device_graph, check_seeds
 
 _END = object()
@@ -31,7 +34,8 @@ _SEED_RANGE = 1 << 64
 
 
 class NeighborLoader:
-    """Iterate over (input_nodes, output_nodes, blocks) for batches of ``seeds``.
+    """Iterate over (input_nodes, output_nodes, blocks) for batches of ``seeds``; with
+    ``features``, (input_nodes, output_nodes, blocks, input_features).
 
     Parameters
     ----------
@@ -52,10 +56,15 @@ class NeighborLoader:
         around to fill the last), so every process runs the same number of steps
     prefetch : int
         Batches sampled ahead on a producer thread (0: in the caller's thread)
+    features : Tensor, optional
+        Every node's input rows, on the graph's device or in pinned host memory
+        (:func:`~dgl_maxk.sampling.gather_rows`): each batch then carries its input nodes'
+        rows, gathered where and when it is sampled
     """
 
     def __init__(self, graph: DeviceGraph, seeds, sampler: NeighborSampler, batch_size, *,
-                 shuffle=True, drop_last=False, seed=0, rank=0, world_size=1, prefetch=1):
+                 shuffle=True, drop_last=False, seed=0, rank=0, world_size=1, prefetch=1,
+                 features=None):
         check_device_graph(graph)
         if not isinstance(sampler, NeighborSampler):
             raise TypeError(f"sampler must be a dgl_maxk.sampling.NeighborSampler, got "
@@ -68,6 +77,8 @@ class NeighborLoader:
             raise TypeError(f"{', '.join(wrong)}: must be "
                             + ("an integer" if len(wrong) == 1 else "integers"))
         seeds = check_seeds(seeds, graph.num_nodes).cpu()
+        if features is not None:  # its rows are then read without a check of the ids
+            check_table("features", features, graph.num_nodes, graph.device)
         if batch_size < 1 or prefetch < 0 or not 0 <= rank < world_size:
             raise ValueError(f"need batch_size >= 1, prefetch >= 0 and 0 <= rank < "
                              f"world_size; got {batch_size}, {prefetch}, {rank}, {world_size}")
@@ -75,6 +86,7 @@ class NeighborLoader:
         self.batch_size, self.shuffle, self.drop_last = int(batch_size), shuffle, drop_last
         self.seed, self.rank, self.world_size = int(seed), rank, world_size
         self.prefetch = int(prefetch)
+        self.features = features
         self.passes = 0
 
     def _share(self, pass_seed: int) -> torch.Tensor:
@@ -101,8 +113,10 @@ class NeighborLoader:
         share = share.to(device)
         for i in range(len(self)):
             seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
-            with input_checks(False):  # the seeds were checked once, at construction
+            with input_checks(False):  # the seeds and features were checked at construction
                 batch = self.sampler.sample(self.graph, seeds, generator)
+                if self.features is not None:
+                    batch = (*batch, gather_rows(self.features, batch[0]))
             yield batch
 
     def __iter__(self):
@@ -119,8 +133,8 @@ class NeighborLoader:
 def _tensors(batch):
     """Every tensor a batch holds (to mark them used by the consumer's stream); what a plan
     derives later is made on the consumer's stream."""
-    input_nodes, output_nodes, blocks = batch
-    yield from (input_nodes, output_nodes)
+    input_nodes, output_nodes, blocks, *features = batch
+    yield from (input_nodes, output_nodes, *features)
     for block in blocks:
         plan = block.plan
         yield from (block.src_nodes, plan.indptr, plan.indices, plan.in_degrees)

@@ -32,6 +32,9 @@ class DeviceGraph:
     edge_ids : Tensor (num_edges,), int32 or int64, optional
         The graph's id of each in-edge (``from_dgl`` sets DGL's edge ids), which the sampled
         blocks then carry
+
+    Edge positions (``indptr`` and everything derived from it) are int64 throughout, so
+    graphs of 2^31 edges and more sample as smaller ones do.
     """
 
     def __init__(self, indptr, indices, num_nodes, edge_ids=None):
@@ -56,15 +59,40 @@ class DeviceGraph:
     def device(self):
         return self.indptr.device
 
+    @property
+    def num_edges(self) -> int:
+        return self.indices.numel()
+
     @functools.cached_property
     def max_in_degree(self) -> int:
         """The largest in-degree (read back to the host once)."""
         return int((self.indptr[1:] - self.indptr[:-1]).max()) if self.num_nodes else 0
 
+    @functools.cached_property
+    def out_degrees(self) -> torch.Tensor:
+        """(num_nodes,) int64: each node's out-degree, counted once, a slice of the indices
+        at a time (no int64 copy of them all)."""
+        counts = torch.zeros(self.num_nodes, dtype=torch.int64, device=self.device)
+        ones = torch.ones(1, dtype=torch.int64, device=self.device)
+        for chunk in self.indices.split(_OUT_DEGREE_CHUNK):
+            counts.index_add_(0, chunk, ones.expand(chunk.numel()))
+        return counts
+
+    def to(self, device) -> "DeviceGraph":
+        """This graph on ``device`` (itself when it is there)."""
+        device = torch.device(device)
+        if device == self.device or (device.index is None and device.type == self.device.type):
+            return self
+        return DeviceGraph(self.indptr.to(device), self.indices.to(device), self.num_nodes,
+                           None if self.edge_ids is None else self.edge_ids.to(device))
+
     @classmethod
     def of(cls, graph, device) -> "DeviceGraph":
         """:meth:`from_dgl`, built once per graph and device and cached on the graph (a
-        structural change of the graph replaces DGL's graph index and the cached copy)."""
+        structural change of the graph replaces DGL's graph index and the cached copy); a
+        DeviceGraph is moved to ``device`` (:meth:`to`)."""
+        if isinstance(graph, DeviceGraph):
+            return graph.to(device)
         return cached_per_graph("_dgl_maxk_device_graphs", graph, torch.device(device),
                                 cls.from_dgl)
 
@@ -91,9 +119,12 @@ class DeviceGraph:
         return cls(indptr, indices, n, edge_ids)
 
     def __repr__(self):
-        return (f"DeviceGraph(num_nodes={self.num_nodes}, num_edges={self.indices.numel()}, "
+        return (f"DeviceGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"device={self.device})")
 
+
+#: Indices counted at a time by ``DeviceGraph.out_degrees``.
+_OUT_DEGREE_CHUNK = 1 << 26
 
 #: What a list of fan-outs must be (the sampler's rule, also the config's).
 FANOUTS_RULE = "must be a non-empty list of positive integers (or -1 for all neighbours)"
@@ -179,6 +210,22 @@ class NeighborSampler:
         return dst, seeds, blocks
 
 
+def row_ranges(indptr, max_edges: int, max_rows: int | None = None) -> list:
+    """Consecutive row ranges ``(r0, r1, e0, e1)`` covering the CSR of row pointers ``indptr``
+    (rows [r0, r1), entries [e0, e1)), each of at most ``max_edges`` entries (a longer row
+    alone) and ``max_rows`` rows: the chunks that bound the temporaries of whole-graph passes.
+    One read back to the host per range."""
+    num_rows, ranges, r0 = indptr.numel() - 1, [], 0
+    max_rows = num_rows if max_rows is None else max_rows
+    while r0 < num_rows:
+        e0 = int(indptr[r0])
+        r1 = int(torch.searchsorted(indptr, e0 + max_edges, right=True)) - 1
+        r1 = min(max(r1, r0 + 1), r0 + max_rows, num_rows)
+        ranges.append((r0, r1, e0, int(indptr[r1])))
+        r0 = r1
+    return ranges
+
+
 def block_indptr(graph_indptr, dst, fanout: int):
     """(indptr, num_edges): the CSR row pointers of the block of ``dst`` in the graph of
     in-edge row pointers ``graph_indptr``, min(in-degree, ``fanout``) entries a row (all for
@@ -190,8 +237,11 @@ def block_indptr(graph_indptr, dst, fanout: int):
     return indptr, int(indptr[-1])
 
 
-def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None):
-    """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``."""
+def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None,
+                 graph_degrees: bool = False):
+    """The block of ``fanout`` in-neighbours (all for -1) of each node of ``dst``; with
+    ``graph_degrees``, its sources keep their out-degrees in the graph
+    (``SampledBlock(src_out_degrees=...)``)."""
     n = dst.numel()
     indptr, num_edges = block_indptr(graph.indptr, dst, fanout)
     # a fan-out above every in-degree takes all in-edges: nothing to draw (n x fanout draws
@@ -204,7 +254,8 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
     src_nodes, local = _relabel(dst, graph.indices[positions].long())
     edge_ids = graph.edge_ids[positions].long() if graph.edge_ids is not None else None
     return SampledBlock(indptr, local, src_nodes, n,
-                        max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids)
+                        max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids,
+                        src_out_degrees=graph.out_degrees[src_nodes] if graph_degrees else None)
 
 
 def _relabel(dst, neighbours):

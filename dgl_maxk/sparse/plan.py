@@ -58,11 +58,16 @@ class GraphPlan:
     rows_sorted : bool or None
         Whether each row lists its sources in ascending order, if known (None:
         :meth:`rows_sorted_by_source` checks, with one host sync)
+    norm_out_degrees : Tensor (num_src,), int64, or None
+        The sources' out-degrees that the 'left' and 'both' norms scale by where they are not
+        this CSR's (a block standing for its sources' rows of a larger graph holds theirs
+        there); None: :attr:`out_degrees`. The CSR's own out-degrees still build the
+        transpose.
     """
 
     @torch.inference_mode(False)
     def __init__(self, indptr, indices, edge_ids, num_src, num_dst, max_in_degree=None,
-                 rows_sorted=None):
+                 rows_sorted=None, norm_out_degrees=None):
         self.indptr, self.indices, self.edge_ids = indptr, indices, edge_ids
         self.num_src, self.num_dst = int(num_src), int(num_dst)
         self.num_edges = indices.numel()
@@ -77,13 +82,16 @@ class GraphPlan:
         self._indices_i32 = None
         self._transpose = None
         self._has_zero_in_degree = None
+        self.norm_out_degrees = norm_out_degrees
         _BY_INDPTR[id(indptr)] = self
 
     @staticmethod
     def of(indptr, indices, num_src: int) -> "GraphPlan":
         """The plan whose CSR is ``indptr`` and ``indices`` (these very tensors) over
         ``num_src`` sources, with all it has cached, else a new plan of them. The operators'
-        results never depend on which: only the work of deriving the structures they need."""
+        results never depend on which (only the work of deriving the structures they need),
+        except through ``norm_out_degrees``, which only the plan holds: the block that holds
+        the plan keeps it alive, so it is the one found."""
         plan = _BY_INDPTR.get(id(indptr))
         if (plan is None or plan.indptr is not indptr or plan.indices is not indices
                 or plan.num_src != num_src):
@@ -139,7 +147,9 @@ class GraphPlan:
         key = (norm, side, dtype)
         if key not in self._node_scales:
             with torch.inference_mode(False):
-                deg = self.out_degrees if side == "src" else self.in_degrees
+                deg = self.in_degrees if side == "dst" else (
+                    self.out_degrees if self.norm_out_degrees is None
+                    else self.norm_out_degrees)
                 deg = deg.to(dtype).clamp(min=1)
                 self._node_scales[key] = deg.rsqrt() if norm == "both" else deg.reciprocal()
         return self._node_scales[key]
@@ -326,6 +336,10 @@ class SampledBlock:
         The id in the sampled graph of each edge, in CSR order (DGL's
         ``block.edata[dgl.EID]``): ``weight[block.edge_ids]`` gives a sampled layer its edge
         weights
+    src_out_degrees : Tensor (num_src,), int64, optional
+        The source nodes' out-degrees in the sampled graph, which GraphConv's 'left' and
+        'both' norms then scale by (as on the whole graph: layer-wise inference); default:
+        their out-degrees in the block, as in DGL's blocks
 
     Example
     -------
@@ -341,12 +355,13 @@ class SampledBlock:
     is_block = True
 
     def __init__(self, indptr, indices, src_nodes, num_dst, max_in_degree=None,
-                 edge_ids=None):
+                 edge_ids=None, src_out_degrees=None):
         self.src_nodes = src_nodes
         self.edge_ids = edge_ids
         # rows in pick order: not sorted by source (no source slices, no host sync to check)
         self.plan = GraphPlan(indptr, indices, None, src_nodes.numel(), num_dst,
-                              max_in_degree=max_in_degree, rows_sorted=False)
+                              max_in_degree=max_in_degree, rows_sorted=False,
+                              norm_out_degrees=src_out_degrees)
 
     @property
     def device(self):

@@ -163,6 +163,16 @@ class SamplingConfig(_Section):
                             "gradients are averaged by the step, not by DDP). auto: in one "
                             "process, where it was measured 1.3-1.9x the eager steps' "
                             "throughput, MaxK and ReLU (docs/performance.md)")
+    features: Literal["device", "host"] = Field(
+        "device", description="where the input features stay: device (its memory) or host "
+                              "(pinned host memory, each batch's rows read by the GPU "
+                              "directly: features larger than the GPU's memory)")
+    inference: Literal["auto", "graph", "layerwise"] = Field(
+        "auto", description="evaluation: graph (one forward over the whole graph), "
+                            "layerwise (a layer at a time over batches of nodes with all "
+                            "their in-neighbours: graphs whose activations do not fit in "
+                            "memory), auto (layerwise for datasets whose graph is built on "
+                            "the device, graph otherwise)")
 
 
 class ExperimentConfig(_Section):
@@ -198,6 +208,17 @@ class ExperimentConfig(_Section):
         if self.train.sparse_features:
             raise ValueError("config key 'train.sparse_features' is for full-graph training; "
                              "mode 'minibatch' gathers dense feature rows per batch")
+        return self
+
+    @model_validator(mode="after")
+    def _device_graph_fits(self):
+        if DATASETS[self.dataset.name].on_device and (
+                self.mode != "minibatch" or self.sampling.sampler != "device"
+                or self.sampling.inference == "graph"):
+            raise ValueError(f"dataset '{self.dataset.name}' has its graph built on the device "
+                             "(too large for a DGL graph): it needs mode: minibatch, "
+                             "sampling.sampler: device and sampling.inference: layerwise or "
+                             "auto")
         return self
 
 

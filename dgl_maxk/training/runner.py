@@ -6,8 +6,9 @@ precision, per-seed histories and scores, mean and std per variant, timings).
 
 Training (:func:`run_seed`): Adam with the config's learning rate (constant or cosine) and
 weight decay, the full-graph step (mode 'full') or the mini-batch step on sampled blocks
-(mode 'minibatch'), evaluation of train/val/test on the whole graph, test reported at the
-best validation epoch, all under the config's ``train.precision``. Resuming from a
+(mode 'minibatch'), evaluation of train/val/test on the whole graph (or layer by layer:
+``sampling.inference``), test reported at the best validation epoch, all under the config's
+``train.precision``. Resuming from a
 checkpoint continues the same computation (bit for bit on the CPU; on GPUs up to the order
 of the kernels' atomic adds).
 
@@ -116,7 +117,7 @@ def run_experiment(cfg: dict | None = None, device="auto", out="runs", resume=No
                           "seeds with resume")
     cfg = run_config(resume) if resume is not None else _fresh_config(cfg, seeds)
     variants = expand_variants(cfg)
-    cache, loaded = load_datasets(variants, dataset_cache)
+    cache, loaded = load_datasets(variants, dataset_cache, dev)
     if resume is not None:
         run_dir = Path(resume)
         _preflight(run_dir, variants, restart_corrupt)
@@ -206,11 +207,11 @@ def _dataset_key(vcfg) -> str:
     return json.dumps(vcfg["dataset"], sort_keys=True)
 
 
-def load_datasets(variants: dict, cache: dict | None = None):
+def load_datasets(variants: dict, cache: dict | None = None, device=None):
     """Every dataset of a run's ``variants`` (``expand_variants``), loaded before anything is
     written (a missing one fails before the run directory exists) into ``cache`` (a dict
-    that ``run_experiment(dataset_cache=...)`` reuses); returns the cache and a log line per
-    dataset."""
+    that ``run_experiment(dataset_cache=...)`` reuses), those with a graph built on a device
+    on ``device``; returns the cache and a log line per dataset."""
     cache = cache if cache is not None else {}
     loaded = {}
     for vcfg in variants.values():
@@ -222,7 +223,7 @@ def load_datasets(variants: dict, cache: dict | None = None):
             continue
         t0 = time.perf_counter()
         cache[key] = _data.load_dataset(d["name"], root=d["root"], self_loops=d["self_loops"],
-                                        **d["params"])
+                                        device=device, **d["params"])
         loaded[key] = (f"dataset {d['name']}: {cache[key].describe()} "
                        f"(loaded in {time.perf_counter() - t0:.1f} s)")
     return cache, list(loaded.values())

@@ -4,8 +4,9 @@ Two samplers (``sampling.sampler``): ``device``, dgl_maxk's own (:mod:`dgl_maxk.
 samples on the training device from a CSR kept there, ahead of the step on a producer thread,
 and hands over blocks whose plans are built; ``dgl``, DGL's ``NeighborSampler`` and
 ``DataLoader``, samples on the CPU (the DGL wheels of the package index have no CUDA), and
-dgl_maxk's layers then plan each block on the device. The features, labels and model live on
-the training device. Under ``torchrun`` each process samples its share of the seed nodes.
+dgl_maxk's layers then plan each block on the device. The labels and model live on the
+training device, the features there too or (``sampling.features: host``) in pinned host
+memory. Under ``torchrun`` each process samples its share of the seed nodes.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 
 from .._dgl import dgl
-from ..sampling import NeighborLoader, NeighborSampler
+from ..sampling import NeighborLoader, NeighborSampler, gather_rows
+from ..sparse import input_checks
 from .distributed import rank, synchronize, world_size
 
 SAMPLERS = ("device", "dgl")
@@ -32,19 +34,24 @@ def make_loader(graph, seeds, fanouts, batch_size, seed, use_ddp=False):
                                       ddp_seed=seed, num_workers=0)
 
 
-def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None):
+def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None,
+                  features=None):
     """A :class:`~dgl_maxk.sampling.NeighborLoader` over ``seeds`` on ``device_graph``'s
-    device, this process's share of them under ``torchrun``. ``prefetch`` None: one batch
-    ahead on a GPU, none on a CPU (where a producer thread would take the step's cores)."""
+    device, this process's share of them under ``torchrun``, with each batch's rows of
+    ``features`` if given. ``prefetch`` None: one batch ahead on a GPU, none on a CPU (where
+    a producer thread would take the step's cores)."""
     if prefetch is None:
         prefetch = int(device_graph.device.type == "cuda")
     return NeighborLoader(device_graph, seeds, NeighborSampler(fanouts), batch_size,
-                          seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch)
+                          seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch,
+                          features=features)
 
 
-def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
+def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None, features=None):
     """A fresh loader for one epoch of a run, with the ``sampling`` config section's sampler
-    (``device_graph``: the graph's :class:`~dgl_maxk.sampling.DeviceGraph`, for 'device').
+    (``device_graph``: the graph's :class:`~dgl_maxk.sampling.DeviceGraph`, for 'device',
+    whose batches then carry their rows of ``features`` when given, gathered ahead of the
+    step).
 
     Both samplers are seeded from (run seed, epoch), so a resumed run samples what an
     uninterrupted one does, and every process of a data-parallel run shuffles alike: DGL's
@@ -56,7 +63,7 @@ def epoch_loader(graph, seeds, sampling, run_seed, epoch, device_graph=None):
     fanouts, batch_size = sampling["fanouts"], sampling["batch_size"]
     if sampling["sampler"] == "device":
         return device_loader(device_graph, seeds, fanouts, batch_size, epoch_seed,
-                             sampling["prefetch"])
+                             sampling["prefetch"], features)
     dgl.seed(epoch_seed % 2 ** 31)  # DGL's seed is an int32; seeds that fit are unchanged
     np.random.seed(epoch_seed % 2 ** 32)
     return make_loader(graph, seeds, fanouts, batch_size, epoch_seed,
@@ -75,7 +82,9 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
     """One pass over ``loader`` (DGL's or dgl_maxk's), one call of ``step`` (a
     :class:`~dgl_maxk.training.sampled_step.SampledStep`) per batch.
 
-    ``features``/``labels`` are indexed by node id (on any device). Returns the mean loss, the
+    ``features``/``labels`` are indexed by node id (on any device; features in pinned host
+    memory are read by the GPU directly: :func:`~dgl_maxk.sampling.gather_rows`), unless
+    the loader's batches carry their feature rows already. Returns the mean loss, the
     seed count and the step count; with ``timed``, also the seconds spent waiting for the
     sampler, in feature/label gathering and copying, and in compute (which then
     synchronises with the GPU at each phase boundary).
@@ -88,11 +97,12 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
         while max_steps is None or stats["steps"] < max_steps:
             t0 = time.perf_counter()
             try:
-                input_nodes, output_nodes, blocks = next(iterator)
+                input_nodes, output_nodes, blocks, *gathered = next(iterator)
             except StopIteration:
                 break
             t1 = time.perf_counter()
-            x = features[input_nodes.to(features.device)].to(device, non_blocking=True)
+            with input_checks(False):  # a sampler's ids, and a row per node
+                x = gathered[0] if gathered else gather_rows(features, input_nodes.to(device))
             y = labels[output_nodes.to(labels.device)].to(device, non_blocking=True)
             if timed:
                 synchronize(device)

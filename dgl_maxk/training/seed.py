@@ -13,13 +13,14 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models import aligned_features, build_model
-from ..sampling import DeviceGraph
+from ..sampling import DeviceGraph, pinned
 from ..sparse import NaNError
 from .checkpoint import (comparable, inspect_seed, move_aside, own_rng_state, rng_state,
                          save_checkpoint, seed_everything, set_rng_state, write_json)
 from .distributed import (all_gather_object, all_reduce_mean, any_process, data_parallel, rank,
                           synchronize, world_size)
 from .errors import CheckpointError, TrainingDiverged
+from .inference import layerwise_logits
 from .metrics import evaluate
 from .precision import autocast, precision_scope
 from .sampling import epoch_loader, train_epoch
@@ -80,11 +81,17 @@ class _SeedRun:
         # captured
         self.train_model = (self.model if self.graphed_batches
                             else data_parallel(self.model, device))
-        self.graph = dataset.graph  # stays on the CPU; dgl_maxk's layers move its structure
+        # a DGL graph stays on the CPU (dgl_maxk's layers move its structure); a DeviceGraph
+        # is on the device already
+        self.graph = dataset.graph
+        sampling, minibatch = cfg["sampling"], cfg["mode"] == "minibatch"
+        self.layerwise = minibatch and (sampling["inference"] == "layerwise" or (
+            sampling["inference"] == "auto" and isinstance(self.graph, DeviceGraph)))
         self.device_graph = (DeviceGraph.of(self.graph, device)
-                             if cfg["mode"] == "minibatch"
-                             and cfg["sampling"]["sampler"] == "device" else None)
-        self.features = dataset.features.to(device)
+                             if self.layerwise or (minibatch and sampling["sampler"] == "device")
+                             else None)
+        self.features = _placed_features(dataset.features, device,
+                                         minibatch and sampling["features"] == "host")
         if dense:  # padded once, for lin_in's aligned GEMMs (the same model; input dropout
             # draws its mask over the padding too)
             self.features = aligned_features(self.features)
@@ -142,10 +149,10 @@ class _SeedRun:
                                 "with fan-outs above 0; this run's steps are eager")
                 self.sampled_step = SampledStep(
                     self.train_model, self.optimizer, sampling["fanouts"],
-                    sampling["batch_size"], self.graph.num_nodes(),
+                    sampling["batch_size"], self.dataset.num_nodes,
                     cuda_graph=self.graphed_batches, **common)
             loader = epoch_loader(self.graph, self.train_idx.cpu(), sampling, self.seed, epoch,
-                                  self.device_graph)
+                                  self.device_graph, self.features)
             stats = train_epoch(self.sampled_step, loader, self.features, self.labels,
                                 self.device)
             loss = all_reduce_mean({"loss": stats["loss"]}, self.device)["loss"]
@@ -154,12 +161,29 @@ class _SeedRun:
         return loss
 
     def evaluate(self) -> dict:
-        """The metric on the train, val and test nodes, from one whole-graph forward."""
+        """The metric on the train, val and test nodes, from one whole-graph forward, or
+        layer by layer for those nodes (``sampling.inference``)."""
         self.model.eval()
+        nodes, labels, masks = None, self.labels, self.masks
         with torch.no_grad(), autocast(self.cfg["train"]["precision"], self.device.type):
-            logits = self.model(self.graph, self.features).float()
-        return {split: evaluate(logits, self.labels, self.masks[split], self.dataset.metric,
+            if self.layerwise:
+                nodes = (masks["train"] | masks["val"] | masks["test"]).nonzero().squeeze(1)
+                logits = layerwise_logits(self.model, self.device_graph, self.features, nodes)
+                labels, masks = labels[nodes], {s: m[nodes] for s, m in masks.items()}
+            else:
+                logits = self.model(self.graph, self.features)
+        return {split: evaluate(logits.float(), labels, masks[split], self.dataset.metric,
                                 self.dataset.evaluator) for split in ("train", "val", "test")}
+
+
+def _placed_features(features, device, host: bool):
+    """The features on ``device``, or with ``host`` in host memory (pinned for a GPU, which
+    then reads each batch's rows directly), padded there already (aligned_features), so that
+    the trainer's padding keeps the pinned rows."""
+    if not host:
+        return features.to(device)
+    rows = aligned_features(features.cpu())
+    return pinned(rows) if device.type == "cuda" else rows
 
 
 def _new_state() -> dict:
@@ -276,7 +300,8 @@ def run_seed(cfg: dict, dataset, seed: int, device, seed_dir: Path, budget: Budg
              = None, progress: bool = True, tag: str = "", signals=None,
              restart_corrupt: bool = False) -> dict | None:
     """Train one model for one seed: on the whole graph (mode 'full') or on sampled blocks
-    (mode 'minibatch', data-parallel under torchrun); evaluation is on the whole graph.
+    (mode 'minibatch', data-parallel under torchrun); evaluation is on the whole graph, or
+    layer by layer (``sampling.inference``).
 
     Runs under the config's ``train.precision`` (the caller's matmul precision comes back
     afterwards). Resumes from ``seed_dir/checkpoint.pt`` when it exists; a seed whose

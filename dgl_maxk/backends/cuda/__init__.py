@@ -19,6 +19,7 @@ Precision and determinism:
 * ``cbsr_sspmm``: global atomic adds into dX: NOT bit-deterministic.
 * ``cbsr_sddmm``: no atomics, bit-deterministic.
 * ``sample_neighbors``: exact, deterministic (integer work on the reference's draws).
+* ``gather_rows``: exact (raw bytes copied); reads rows of pinned host memory directly.
 * float64 inputs are not run by the kernels: these functions fall back to the reference for
   them (same results, pure torch on the GPU).
 """
@@ -34,7 +35,7 @@ from .runtime import available
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_gather", "cbsr_spgemm", "cbsr_sspmm",
            "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
            "layer_norm_backward_cbsr",
-           "sample_neighbors", "launch"]
+           "sample_neighbors", "gather_rows", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -201,3 +202,13 @@ def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: in
                                           draws)
     return kernels.sample_neighbors(graph_indptr, dst.contiguous(), block_indptr, draws,
                                     num_edges, fanout)
+
+
+def gather_rows(table, index):
+    """Rows ``index`` of ``table`` on the index's GPU. A table in pinned host memory is read
+    by the GPU directly, row by row over the bus (no copy of the table, no host work); other
+    tables go to the reference (torch's index_select; a host table that is not pinned is
+    gathered on the host, then copied)."""
+    if table.is_cuda or not (table.is_contiguous() and table.dim() >= 1 and table.is_pinned()):
+        return reference.gather_rows(table, index)
+    return kernels.gather_rows(table, index.to(torch.int64).contiguous())

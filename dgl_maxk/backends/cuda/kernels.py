@@ -5,6 +5,7 @@ their custom ops, so ``torch.compile`` never traces a launch.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -242,4 +243,30 @@ def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr
     launch(kern, -(-n // threads), threads,
            (ptr(graph_indptr), ptr(dst), ptr(block_indptr), _ptr_or_null(draws), ptr(out),
             i64(n), i32(fanout)), 0, dst.device)
+    return out
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` (int64, on the GPU) of ``table`` (contiguous; device memory or pinned
+    host memory, read through its device pointer) on the index's GPU."""
+    n = index.numel()
+    out = torch.empty((n,) + table.shape[1:], dtype=table.dtype, device=index.device)
+    row_bytes = math.prod(table.shape[1:]) * table.element_size()
+    if n == 0 or row_bytes == 0:
+        return out
+    source = table.data_ptr()
+    if not table.is_cuda:
+        import cupy
+        # pinned host memory: its address in the device's space (the host's, under UVA)
+        with cupy.cuda.Device(index.device.index):
+            source = cupy.cuda.runtime.pointerGetAttributes(source).devicePointer
+        if not source:
+            raise RuntimeError("this pinned host memory is not mapped into the GPU's address "
+                               "space; pin it with torch's pin_memory()")
+    defines, warps = heuristics.gather_rows_config(row_bytes, table, out)
+    kern = kernel("gather_rows", "gather_rows", defines, index.device.index)
+    word = defines["WORD_BYTES"]
+    launch(kern, -(-n // warps), warps * 32,
+           (np.uint64(source), ptr(index), ptr(out), i64(n), i64(row_bytes // word)), 0,
+           index.device)
     return out

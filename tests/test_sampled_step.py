@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from dgl_maxk._dgl import dgl
 from dgl_maxk.models import build_model
 from dgl_maxk.sampling import DeviceGraph, NeighborSampler
 from dgl_maxk.training import step as step_module
-from dgl_maxk.training.sampled_step import PaddedBatch, SampledStep, seen_sizes
+from dgl_maxk.training.sampled_step import _MARGIN, PaddedBatch, SampledStep, seen_sizes
 from conftest import ReadsOnTheHost, optimizer_state
 
 needs_kernels = pytest.mark.skipif(not backends.cuda.available(),
@@ -163,19 +164,20 @@ def test_fits_only_full_batches_of_the_samplers_blocks():
     assert not batch.fits(dgl_blocks, x, y)
 
 
-def test_fanouts_far_above_the_degrees_are_not_padded():
-    """Padded to fan-out x rows they would hold 10^6 times the batch's edges: the step runs
-    eagerly instead, and nothing is allocated for padding."""
+def test_fanouts_far_above_the_degrees_pad_to_the_batchs_own_sizes():
+    """Padded to fan-out x rows a batch would hold 10^6 times its edges; sized by the first
+    full batch it holds them with the margin's headroom, whatever the fan-outs."""
     n = 300
     blocks, x, y = _batch(_graph(n), [10**6, 3], 16)
     model = build_model("sage", 6, 8, 3, 2, k=4, dropout=0.0).double()
-    opt = torch.optim.Adam(model.parameters())
-    run = SampledStep(model, opt, [10**6, 3], 16, n, cuda_graph=True)
-    with pytest.warns(RuntimeWarning, match=r"far above this graph's degrees.*run eagerly"):
-        assert not run._fits(blocks, x, y)
-    assert not run.graphed and run.batch is None
-    fitting = SampledStep(model, opt, [4, 3], 16, n, cuda_graph=True)
-    assert fitting._fits(*_batch(_graph(n), [4, 3], 16)) and fitting.batch is not None
+    run = SampledStep(model, torch.optim.Adam(model.parameters()), [10**6, 3], 16, n,
+                      cuda_graph=True)
+    assert run._fits(blocks, x, y) and run.graphed
+    batch = run.batch
+    for block, slots, real in zip(blocks, batch.edge_cap, batch.dst_real):
+        assert block.num_edges() <= slots <= math.ceil(block.num_edges() * _MARGIN)
+        assert block.num_dst_nodes() <= real <= math.ceil(block.num_dst_nodes() * _MARGIN)
+    assert [i.numel() for i in batch.indices] == batch.edge_cap
 
 
 def test_sampled_step_off_the_gpu_is_train_step(monkeypatch):

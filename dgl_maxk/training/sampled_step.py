@@ -22,7 +22,6 @@ what they would unpadded, and the padding rows add nothing to the gradients.
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -66,19 +65,9 @@ def _bounds(fanouts, batch_size, num_nodes):
     return bounds
 
 
-#: The most edges a padded batch may hold, as a multiple of the first full batch's real
-#: ones (products-sized, fan-outs 15/10/5: 1.5x). Fan-outs far above a graph's degrees would
-#: otherwise pad each batch to fan-out x rows (a fan-out of 10^6 and batches of 64: 1.3 GB).
-_MAX_PADDING = 4
-
 #: Headroom of a :class:`PaddedBatch` sized by real batches over the largest (and below the
 #: smallest edge count) seen: batches of one graph and fan-outs vary by a few percent.
 _MARGIN = 1.15
-
-
-def _edge_caps(bounds, fanouts) -> list:
-    """The edge slots per layer of a :class:`PaddedBatch` with these node bounds."""
-    return [dst * f for (dst, _), f in zip(bounds, fanouts)]
 
 
 def batch_sizes(blocks) -> list:
@@ -311,14 +300,6 @@ class SampledStep:
         if self.batch is None:
             if not full:
                 return False  # not a full batch of the device sampler: nothing to allocate
-            padded = sum(_edge_caps(_bounds(*self.sizes), fanouts))
-            if padded > _MAX_PADDING * sum(b.num_edges() for b in blocks):
-                self.graphed = False  # fan-outs far above the degrees: padding would cost more
-                warnings.warn(f"the fan-outs {fanouts} are far above this graph's degrees: "
-                              "padded to fixed sizes, its batches would hold more than "
-                              f"{_MAX_PADDING}x their edges, so the steps run eagerly",
-                              RuntimeWarning, stacklevel=3)
-                return False
             batch = PaddedBatch(*self.sizes, features, labels, seen_sizes(blocks))
             if not batch.fits(blocks, features, labels):
                 self.graphed = False  # blocks of other fan-outs: no batch will fit

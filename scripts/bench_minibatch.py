@@ -189,11 +189,12 @@ def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
         torch.distributed.barrier()
     distributed.synchronize(device)
     start = time.perf_counter()
-    replays = step.replays
+    replays, captures = step.replays, step.captures
     stats = train_epoch(step, loader, feats, labels, device, max_steps=args.steps)
     distributed.synchronize(device)
     stats["wall_s"] = time.perf_counter() - start
     stats["replayed_steps"] = step.replays - replays
+    stats["captures"] = step.captures - captures
     if args.breakdown:
         split = train_epoch(step, loader, feats, labels, device, max_steps=args.steps,
                             timed=True)
@@ -368,6 +369,7 @@ def _collect(procs, queue, world, args, first, rows):
         throughput = stats["seeds_total"] / stats["wall_s"]
         row = {"sampler": sampler, "cuda_graph": graph_mode, "step": step, "variant": variant,
                "gpus": world, "steps": stats["steps"],
+               "replayed_steps": stats["replayed_steps"], "captures": stats["captures"],
                "throughput_seeds_per_s": throughput,
                "step_ms": stats["wall_s"] / stats["steps"] * 1e3,
                "epoch_s_estimate": seeds / throughput,

@@ -201,6 +201,7 @@ def test_bench_minibatch_sigterm_keeps_its_rows_and_stops_its_workers(tmp_path):
     assert "the rows measured before it are in" in stderr, stderr[-2000:]
     saved = json.loads((out / "minibatch.json").read_text())
     assert saved["interrupted"] and saved["results"]
+    assert all(r["replayed_steps"] == r["captures"] == 0 for r in saved["results"])  # a CPU
     assert (out / "minibatch.md").read_text().startswith("Interrupted")
     assert not [pid for pid in workers if _running(pid)], "a worker outlived the benchmark"
 

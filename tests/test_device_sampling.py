@@ -791,29 +791,30 @@ def test_a_finished_pass_leaves_no_thread():
 
 
 class FailingSampler(NeighborSampler):
-    """A sampler whose ``fail_at``-th batch raises."""
+    """A sampler that raises for the batch whose first seed is ``fail_seed`` (batches are
+    sampled out of order by several producers)."""
 
-    def __init__(self, fanouts, fail_at):
+    def __init__(self, fanouts, fail_seed):
         super().__init__(fanouts)
-        self.fail_at, self.calls, self.error = fail_at, 0, None
+        self.fail_seed, self.error = fail_seed, None
 
     def sample(self, graph, seeds, generator=None):
-        self.calls += 1
-        if self.calls == self.fail_at:
-            self.error = RuntimeError(f"sampling failed at batch {self.calls}")
+        if int(seeds[0]) == self.fail_seed:
+            self.error = RuntimeError(f"sampling failed at seed {self.fail_seed}")
             raise self.error
         return super().sample(graph, seeds, generator)
 
 
 @pytest.mark.parametrize("prefetch", [0, 1, 3])
 def test_sampling_errors_reach_the_consumer(prefetch):
+    """The batches before the failing one come, then its error, whichever thread raised."""
     before = sampler_threads()
     g = dgl.rand_graph(100, 500)
-    sampler = FailingSampler([2], fail_at=3)
+    sampler = FailingSampler([2], fail_seed=20)
     loader = NeighborLoader(DeviceGraph.from_dgl(g, "cpu"), torch.arange(100), sampler, 10,
-                            prefetch=prefetch)
+                            shuffle=False, prefetch=prefetch)
     got = []
-    with pytest.raises(RuntimeError, match="sampling failed at batch 3") as err:
+    with pytest.raises(RuntimeError, match="sampling failed at seed 20") as err:
         for batch in loader:
             got.append(batch)
     assert err.value is sampler.error

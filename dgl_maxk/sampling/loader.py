@@ -2,9 +2,9 @@
 
 :class:`NeighborLoader` is the device sampler's counterpart of DGL's ``DataLoader``: one pass
 over the seed nodes per iteration, shuffled from its ``seed``, this process's share of them
-under data parallelism, and each batch sampled by a producer thread on its own CUDA stream
-while the step before it computes (``prefetch`` batches ahead; 0 samples in the caller's
-thread), with its input nodes' feature rows when given a feature table (gathered there too:
+under data parallelism, and each batch sampled ahead by a producer thread on its own CUDA
+stream while the steps before it compute (``prefetch`` threads, sampling at the same time,
+each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature rows when given a feature table (gathered there too:
 from pinned host memory, the bus's time then overlaps the step's). The batches and their
 order depend only on ``seed``, the pass number, the rank and the number of processes, not on
 ``prefetch`` or timing.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import numbers
 import queue
 import threading
@@ -23,7 +24,6 @@ from ..sparse import input_checks
 from .rows import check_table, gather_rows
 from .sampler import DeviceGraph, NeighborSampler, check_device_graph, check_seeds
 
-_END = object()
 #: The name of the thread that samples ahead (a step watching its own synchronisations
 #: leaves this thread's out).
 SAMPLER_THREAD = "dgl_maxk-sampler"
@@ -55,7 +55,8 @@ class NeighborLoader:
         The processes: the shuffled seeds are cut into ``world_size`` equal parts (wrapping
         around to fill the last), so every process runs the same number of steps
     prefetch : int
-        Batches sampled ahead on a producer thread (0: in the caller's thread)
+        Producer threads, each sampling a batch ahead (batch i on thread i % prefetch), at
+        the same time (0: in the caller's thread)
     features : Tensor, optional
         Every node's input rows, on the graph's device or in pinned host memory
         (:func:`~dgl_maxk.sampling.gather_rows`): each batch then carries its input nodes'
@@ -105,29 +106,29 @@ class NeighborLoader:
         full, rest = divmod(per_rank, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def _batches(self, share, pass_seed: int):
-        device = self.graph.device
-        # each rank its own stream of draws (world sizes stay far below the prime step)
-        generator = torch.Generator(device=device).manual_seed(
-            (pass_seed * 1_009 + self.rank) % _SEED_RANGE)
-        share = share.to(device)
-        for i in range(len(self)):
-            seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
-            with input_checks(False):  # the seeds and features were checked at construction
-                batch = self.sampler.sample(self.graph, seeds, generator)
-                if self.features is not None:
-                    batch = (*batch, gather_rows(self.features, batch[0]))
-            yield batch
+    def _batch(self, share, pass_seed: int, i: int):
+        """Batch ``i`` of the pass: its own random stream (from the pass, the rank and
+        ``i``), so that batches sampled at the same time on several threads are those
+        sampled one after another."""
+        generator = torch.Generator(device=self.graph.device).manual_seed(
+            ((pass_seed * 1_009 + self.rank) * 1_000_003 + i) % _SEED_RANGE)
+        seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
+        with input_checks(False):  # the seeds and features were checked at construction
+            batch = self.sampler.sample(self.graph, seeds, generator)
+            if self.features is not None:
+                batch = (*batch, gather_rows(self.features, batch[0]))
+        return batch
 
     def __iter__(self):
         # one seed per (loader seed, pass): a prime step, so that nearby loader seeds (the
         # trainer's run seeds) do not share passes; read now, the batches come lazily
         pass_seed = self.seed * 100_003 + self.passes
         self.passes += 1
-        batches = self._batches(self._share(pass_seed), pass_seed)
+        share = self._share(pass_seed).to(self.graph.device)
+        sample = functools.partial(self._batch, share, pass_seed)
         if self.prefetch == 0:
-            return batches
-        return _prefetched(batches, self.prefetch, self.graph.device)
+            return map(sample, range(len(self)))
+        return _prefetched(sample, len(self), self.prefetch, self.graph.device)
 
 
 def _tensors(batch):
@@ -142,25 +143,27 @@ def _tensors(batch):
             yield block.edge_ids
 
 
-def _prefetched(batches, depth, device):
-    """``batches`` produced on a thread (on a side stream on GPUs), ``depth`` ahead."""
-    ready = queue.Queue(maxsize=depth)
+def _prefetched(sample, count, producers, device):
+    """Batches ``sample(0)`` to ``sample(count - 1)`` in order, each made ahead by one of
+    ``producers`` threads (batch i by thread i % producers, on its own side stream on
+    GPUs), which sample at the same time."""
+    queues = [queue.Queue(maxsize=1) for _ in range(producers)]
     stop = threading.Event()
     cuda = device.type == "cuda"
-    # The side stream starts after the work queued so far on the caller's stream (the
-    # graph's CSR may still be in the making there: PyTorch's side streams do not wait for
-    # the default stream).
+    # The side streams start after the work queued so far on the caller's stream (the
+    # graph's CSR and the seeds may still be in the making there: PyTorch's side streams
+    # do not wait for the default stream).
     ready_event = torch.cuda.current_stream(device).record_event() if cuda else None
-    # the caller's context (input checks) holds on the producer's thread
-    thread = threading.Thread(target=contextvars.copy_context().run,
-                              args=(_produce, batches, ready, stop, device, ready_event),
-                              daemon=True, name=SAMPLER_THREAD)
-    thread.start()
+    # the caller's context (input checks) holds on the producers' threads
+    threads = [threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(_produce, sample, range(t, count, producers), queues[t], stop, device,
+              ready_event), daemon=True, name=SAMPLER_THREAD) for t in range(producers)]
+    for thread in threads:
+        thread.start()
     try:
-        while True:
-            item = ready.get()
-            if item is _END:
-                return
+        for i in range(count):
+            item = queues[i % producers].get()
             if isinstance(item, BaseException):
                 raise item
             batch, event = item
@@ -172,17 +175,20 @@ def _prefetched(batches, depth, device):
             yield batch
     finally:
         stop.set()
-        # The garbage collector may finalize this generator on the producer thread itself
-        # (when an exception kept in a reference cycle holds it): the producer then sees
-        # ``stop`` once this returns, and must not wait for itself.
-        if threading.current_thread() is not thread:
+        # The garbage collector may finalize this generator on a producer thread itself
+        # (when an exception kept in a reference cycle holds it): the producers then see
+        # ``stop`` once this returns, and none must wait for itself.
+        for thread in threads:
+            if threading.current_thread() is thread:
+                continue
             while thread.is_alive():  # unblock a producer waiting on a full queue
-                with contextlib.suppress(queue.Empty):
-                    ready.get(timeout=0.01)
+                for ready in queues:
+                    with contextlib.suppress(queue.Empty):
+                        ready.get(timeout=0.01)
             thread.join()
 
 
-def _produce(batches, ready, stop, device, start_after=None):
+def _produce(sample, indices, ready, stop, device, start_after=None):
     def put(item):
         while not stop.is_set():
             with contextlib.suppress(queue.Full):
@@ -197,10 +203,10 @@ def _produce(batches, ready, stop, device, start_after=None):
         if start_after is not None:
             stream.wait_event(start_after)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            for batch in batches:
+            for i in indices:
+                batch = sample(i)
                 event = stream.record_event() if stream is not None else None
                 if not put((batch, event)):
                     return
-        put(_END)
     except BaseException as err:  # re-raised in the consumer's thread
         put(err)

@@ -153,9 +153,9 @@ class SamplingConfig(_Section):
         "device", description="device: dgl_maxk's sampler, on the training device, ahead of "
                               "the step; dgl: DGL's NeighborSampler on the CPU")
     prefetch: Optional[int] = Field(
-        None, ge=0, description="batches the device sampler prepares ahead on its own thread "
-                          "(default: 1 on a GPU; 0 on a CPU, where it would take the step's "
-                          "cores)")
+        None, ge=0, description="threads of the device sampler, each preparing a batch ahead "
+                          "at the same time (default: 1 on a GPU; 0 on a CPU, where it would "
+                          "take the step's cores)")
     cuda_graph: Union[Literal["auto"], bool] = Field(
         "auto", description="on a GPU with the device sampler: replay each full batch's "
                             "forward and backward from a CUDA graph, over blocks padded to "

@@ -4,8 +4,9 @@
 over the seed nodes per iteration, shuffled from its ``seed``, this process's share of them
 under data parallelism, and each batch sampled ahead by a producer thread on its own CUDA
 stream while the steps before it compute (``prefetch`` threads, sampling at the same time,
-each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature rows when given a feature table (gathered there too:
-from pinned host memory, the bus's time then overlaps the step's). The batches and their
+each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature rows
+when given a feature table (gathered there too: from pinned host memory, the bus's time then
+overlaps the step's). The batches and their
 order depend only on ``seed``, the pass number, the rank and the number of processes, not on
 ``prefetch`` or timing.
 """

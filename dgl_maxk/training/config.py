@@ -154,7 +154,7 @@ class SamplingConfig(_Section):
                               "the step; dgl: DGL's NeighborSampler on the CPU")
     prefetch: Optional[int] = Field(
         None, ge=0, description="threads of the device sampler, each preparing a batch ahead "
-                          "at the same time (default: 1 on a GPU; 0 on a CPU, where it would "
+                          "at the same time (default: 2 on a GPU; 0 on a CPU, where it would "
                           "take the step's cores)")
     cuda_graph: Union[Literal["auto"], bool] = Field(
         "auto", description="on a GPU with the device sampler: replay each full batch's "

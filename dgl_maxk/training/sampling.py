@@ -1,7 +1,7 @@
 """Mini-batch training on sampled blocks, on one device or data-parallel over several.
 
 Two samplers (``sampling.sampler``): ``device``, dgl_maxk's own (:mod:`dgl_maxk.sampling`),
-samples on the training device from a CSR kept there, ahead of the step on a producer thread,
+samples on the training device from a CSR kept there, ahead of the step on producer threads,
 and hands over blocks whose plans are built; ``dgl``, DGL's ``NeighborSampler`` and
 ``DataLoader``, samples on the CPU (the DGL wheels of the package index have no CUDA), and
 dgl_maxk's layers then plan each block on the device. The labels and model live on the
@@ -38,10 +38,11 @@ def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None,
                   features=None):
     """A :class:`~dgl_maxk.sampling.NeighborLoader` over ``seeds`` on ``device_graph``'s
     device, this process's share of them under ``torchrun``, with each batch's rows of
-    ``features`` if given. ``prefetch`` None: one batch ahead on a GPU, none on a CPU (where
-    a producer thread would take the step's cores)."""
+    ``features`` if given. ``prefetch`` None: two producer threads on a GPU (measured: MaxK
+    k=32's graphed step 1.25x one thread's seeds per second, a third adds 1%), none on a CPU
+    (where a producer thread would take the step's cores)."""
     if prefetch is None:
-        prefetch = int(device_graph.device.type == "cuda")
+        prefetch = 2 if device_graph.device.type == "cuda" else 0
     return NeighborLoader(device_graph, seeds, NeighborSampler(fanouts), batch_size,
                           seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch,
                           features=features)

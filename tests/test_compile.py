@@ -273,6 +273,8 @@ def test_the_ops_find_the_plan_of_their_tensors():
     other = GraphPlan.of(plan.indptr, plan.indices.clone(), plan.num_src)
     assert other is not plan and torch.equal(other.indices, plan.indices)
     assert GraphPlan.of(plan.indptr, plan.indices, plan.num_src + 1).num_src == 5
+    # the misses did not replace the plan found for these tensors (nor what it caches)
+    assert GraphPlan.of(plan.indptr, plan.indices, plan.num_src) is plan
 
 
 def test_a_pickled_or_copied_graph_leaves_its_plans_behind():

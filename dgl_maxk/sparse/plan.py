@@ -93,10 +93,12 @@ class GraphPlan:
         except through ``norm_out_degrees``, which only the plan holds: the block that holds
         the plan keeps it alive, so it is the one found."""
         plan = _BY_INDPTR.get(id(indptr))
-        if (plan is None or plan.indptr is not indptr or plan.indices is not indices
-                or plan.num_src != num_src):
-            plan = GraphPlan(indptr, indices, None, num_src, indptr.numel() - 1)
-        return plan
+        if plan is not None and plan.indices is indices and plan.num_src == num_src:
+            return plan
+        fresh = GraphPlan(indptr, indices, None, num_src, indptr.numel() - 1)
+        if plan is not None:  # the registered plan (of other indices) stays the one found
+            _BY_INDPTR[id(indptr)] = plan
+        return fresh
 
     @functools.cached_property
     @torch.inference_mode(False)

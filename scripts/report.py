@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = {"compare": "compare_h200.json",
            "kernels": ("kernels_h200_reddit.json", "kernels_h200_products.json"),
            "minibatch": "minibatch_h200.json",
+           "papers": "minibatch_papers100m_h200.json",
            "profile": "profile_minibatch_h200.json"}
 #: The kernels of bench_kernels.py's floors: (key, name on the page).
 KERNELS = (("fwd", "forward"), ("bwd", "backward"), ("topk", "top-k"), ("sddmm", "SDDMM"))
@@ -100,6 +101,7 @@ def environment_section(src: dict) -> list:
             *(software_row(f"kernels, {graph_label(k['graphs'][0]['name'])}", k)
               for k in src["kernels"]),
             software_row("mini-batch", src["minibatch"]),
+            software_row("mini-batch, papers100M-sized", src["papers"]),
             software_row("mini-batch profile", src["profile"])]
     return ["## Hardware and software", "",
             *para("As each run recorded it (`python -m dgl_maxk env` prints the same for a "
@@ -256,21 +258,32 @@ def kernels_section(runs: list) -> list:
 
 # --------------------------------------------------------------------------- mini-batch
 
+def _relu_of(r: dict, results: list):
+    """The ReLU row measured like ``r`` (sampler, GPUs, --cuda-graph, feature memory)."""
+    return next((o for o in results if o["variant"] == "relu" and all(
+        o.get(key) == r.get(key) for key in ("gpus", "sampler", "cuda_graph", "features"))),
+        None)
+
+
+def _vs_relu(r: dict, results: list) -> str:
+    relu = _relu_of(r, results)
+    return (ratio(r["throughput_seeds_per_s"] / relu["throughput_seeds_per_s"]) if relu
+            else "no ReLU arm")
+
+
+def _split(r: dict, breakdown: bool) -> str:
+    """Sampling wait / copy / compute, ms per step."""
+    if not breakdown:
+        return "not measured"
+    return " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
+                      for key in ("sample_s", "copy_s", "compute_s"))
+
+
 def minibatch_rows(data: dict) -> list:
     results, breakdown = data["results"], data["args"]["breakdown"]
-    rows = []
-    for r in results:
-        relu = next((o for o in results if o["variant"] == "relu" and o["gpus"] == r["gpus"]
-                     and o["sampler"] == r["sampler"]
-                     and o.get("cuda_graph") == r.get("cuda_graph")), None)
-        split = " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
-                           for key in ("sample_s", "copy_s", "compute_s"))
-        rows.append([r["sampler"], r.get("step", "eager"), r["variant"], r["gpus"],
-                     f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
-                     split if breakdown else "not measured",
-                     ratio(r["throughput_seeds_per_s"] / relu["throughput_seeds_per_s"])
-                     if relu else "no ReLU arm"])
-    return rows
+    return [[r["sampler"], r.get("step", "eager"), r["variant"], r["gpus"],
+             f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
+             _split(r, breakdown), _vs_relu(r, results)] for r in results]
 
 
 def _timed_steps(data: dict) -> str:
@@ -302,8 +315,8 @@ def minibatch_section(data: dict) -> list:
               f"classes, {args['train_fraction']:.0%} of the nodes training seeds), fan-outs "
               f"{'/'.join(map(str, args['fanouts']))}, batches of {args['batch_size']:,} "
               f"seeds, {args['precision']} in every arm. Each step is the trainer's "
-              "(`SampledStep`) on blocks that dgl_maxk's device sampler makes one batch "
-              "ahead: eager, or \"graphed\", replayed from a CUDA graph over blocks padded "
+              "(`SampledStep`) on blocks that dgl_maxk's device sampler makes ahead on its "
+              "threads (two by default): eager, or \"graphed\", replayed from a CUDA graph over blocks padded "
               "to fixed sizes (the first full batch's, with headroom; a batch that does not "
               "fit grows them), \"mixed\" where some steps of the pass ran eagerly (after "
               "each sizing, and the last, smaller batch). The trainer's default "
@@ -317,6 +330,40 @@ def minibatch_section(data: dict) -> list:
               "Seeds/s to 1, ms to 0.1, ratios to 0.01."),
         *table(["sampler", "step", "variant", "GPUs", "seeds/s", "ms/step",
                 "wait / copy / compute ms", "vs ReLU"], minibatch_rows(data))]
+
+
+def papers_rows(data: dict) -> list:
+    results, breakdown = data["results"], data["args"]["breakdown"]
+    return [[r["variant"], r["features"], r.get("step", "eager"),
+             f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
+             f"{r['epoch_s_estimate']:.2f}", _split(r, breakdown), f"{r['peak_gpu_gib']:.1f}",
+             _vs_relu(r, results)] for r in results]
+
+
+def papers_section(data: dict) -> list:
+    args = data["args"]
+    seeds = round(args["nodes"] * args["train_fraction"])
+    return [
+        "### papers100M-sized on one GPU", "",
+        *code(command("bench_minibatch.py", [
+            ("--graph", args["graph"]), ("--gpus", args["gpus"]),
+            ("--variants", args["variants"]), ("--feature-memory", args["feature_memory"]),
+            ("--cuda-graph", args.get("cuda_graph")), ("--prefetch", args.get("prefetch")),
+            ("--steps", args["steps"]), ("--warmup", args["warmup"]),
+            ("--breakdown", args["breakdown"]), ("--precision", args["precision"])], "OUT"),
+            f"cp OUT/minibatch.json benchmarks/{data['file']}"),
+        *para(f"The same model and step on a generated graph of ogbn-papers100M's size "
+              f"({args['nodes']:,} nodes, mean in-degree {args['degree']:.1f}, "
+              f"{args['features']} features, {args['classes']} classes, {seeds:,} training "
+              "seeds), built on the GPU as the sampler's CSR, with no DGL graph on the host. "
+              "The input features stay in GPU memory, or in pinned host memory that the GPU "
+              "reads each batch's rows from. Fan-outs "
+              f"{'/'.join(map(str, args['fanouts']))}, batches of {args['batch_size']:,}; "
+              f"{_timed_steps(data)} after {args['warmup']} warm-up ones. \"epoch\" is the "
+              "seconds a pass over the training seeds takes at that pace; peak GPU memory is "
+              "torch's, for the whole process (graph, features, model and step)."),
+        *table(["variant", "features", "step", "seeds/s", "ms/step", "epoch (s)",
+                "wait / copy / compute ms", "peak GPU GiB", "vs ReLU"], papers_rows(data))]
 
 def phase_group(name: str) -> str:
     """The row of the profile table a phase of profile_minibatch.py falls in."""
@@ -365,8 +412,8 @@ def profile_section(data: dict) -> list:
               "\"between modules\" is the work outside the hooked modules (MaxK and "
               "dropout of the next layer's input, autograd's bookkeeping)."),
         *table(["phase"] + variants, phase_rows),
-        *para("Then the trainer's own step under `torch.profiler`, the sampler one batch "
-              "ahead on its thread as in training: wall time and throughput, the share of "
+        *para("Then the trainer's own step under `torch.profiler`, the sampler ahead "
+              "on its two threads as in training: wall time and throughput, the share of "
               "the wall time the GPU was running kernels, kernel launches and host "
               "synchronisations per step (the sampler's included), and the GPU's kernel "
               "time per step, with the four largest kinds of kernel."),
@@ -392,6 +439,7 @@ def render(bench: Path) -> str:
         *compare_section(src["compare"]),
         *kernels_section(src["kernels"]),
         *minibatch_section(src["minibatch"]),
+        *papers_section(src["papers"]),
         *profile_section(src["profile"]),
         "## Accuracy", "",
         *para("MaxK against ReLU, and the CUDA kernels against the pure-torch path, on real "

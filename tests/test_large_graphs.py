@@ -94,8 +94,7 @@ def test_the_cuda_kernels_hold_edge_positions_and_row_offsets_in_64_bits():
         assert declared in sample, declared
     gather = (kernels / "gather_rows.cu").read_text()
     for declared in ("const long long* __restrict__ index", "long long n, long long row_words",
-                     "const long long stride = (long long)gridDim.x",
-                     "for (long long i = (long long)blockIdx.x",
+                     "const long long i = (long long)blockIdx.x",
                      "for (long long c = threadIdx.x & 31; c < row_words; c += 32)"):
         assert declared in gather, declared
     assert not re.search(r"\bint\s+\w+\s*=\s*\w*(indptr|index)\[", sample + gather)
@@ -430,8 +429,8 @@ def test_layerwise_inference_on_the_gpu_from_either_memory(name, storage):
 @CUDA
 @pytest.mark.parametrize("storage", ["device", "host"])
 def test_gather_rows_on_the_gpu_reads_every_row_from_either_memory(storage):
-    """Rows of 1 to 130 4-byte words and of an odd byte count, ids with repeats, more rows
-    than a host gather's grid holds at once (it strides): the rows of index_select."""
+    """Rows of 1 to 130 4-byte words and of an odd byte count, ids with repeats: the rows of
+    index_select."""
     count = int(torch.randint(20_000, 40_000, ()))
     for shape, dtype in (((5000, 1), torch.float32), ((5000, 130), torch.float32),
                          ((5000, 3), torch.float16), ((5000, 7), torch.uint8)):

@@ -263,10 +263,10 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         if not source:
             raise RuntimeError("this pinned host memory is not mapped into the GPU's address "
                                "space; pin it with torch's pin_memory()")
-    defines, warps, blocks = heuristics.gather_rows_config(row_bytes, n, table, out)
+    defines, warps = heuristics.gather_rows_config(row_bytes, table, out)
     kern = kernel("gather_rows", "gather_rows", defines, index.device.index)
     word = defines["WORD_BYTES"]
-    launch(kern, blocks, warps * 32,
+    launch(kern, -(-n // warps), warps * 32,
            (np.uint64(source), ptr(index), ptr(out), i64(n), i64(row_bytes // word)), 0,
            index.device)
     return out

@@ -27,7 +27,7 @@ DEFAULTS = {
     "cbsr_sddmm": {"persist": 1, "minb": 5, "prefetch": 1},
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
     "dense_rows": {"warps": 8},
-    "gather_rows": {"warps": 8, "host_blocks_per_sm": 1},
+    "gather_rows": {"warps": 8},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
@@ -38,7 +38,7 @@ _OPTIONS = {"cbsr_spgemm": {"qv", "persist", "minb", "u", "banked", "banked_max_
                            "prefetch"},
             "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},
             "sample_neighbors": {"max_fanout", "threads"},
-            "dense_rows": {"warps"}, "gather_rows": {"warps", "host_blocks_per_sm"}}
+            "dense_rows": {"warps"}, "gather_rows": {"warps"}}
 
 #: The overrides in effect (the stack's top), seen by every thread: autograd runs a CUDA
 #: backward on its own thread, which a context variable's value would not reach.
@@ -344,16 +344,10 @@ def sample_config():
             option("sample_neighbors", "threads"))
 
 
-def gather_rows_config(row_bytes: int, rows: int, table, out):
-    """(defines, warps per block, blocks) of the row gather: each lane moves the widest word
-    (16 bytes down to 1) that divides the row and the addresses of ``table`` and ``out``; a
-    block per ``warps`` rows, or from host memory ``host_blocks_per_sm`` blocks an SM, which
-    stride over the rows (see kernels/gather_rows.cu)."""
+def gather_rows_config(row_bytes: int, *tensors):
+    """(defines, warps per block) of the row gather: each lane moves the widest word (16 bytes
+    down to 1) that divides the row and the addresses of ``tensors``."""
     word = next(w for w in (16, 8, 4, 2, 1)
-                if row_bytes % w == 0 and all(t.data_ptr() % w == 0 for t in (table, out)))
+                if row_bytes % w == 0 and all(t.data_ptr() % w == 0 for t in tensors))
     warps = option("gather_rows", "warps")
-    blocks = -(-rows // warps)
-    if not table.is_cuda:
-        sms = torch.cuda.get_device_properties(out.device).multi_processor_count
-        blocks = min(blocks, option("gather_rows", "host_blocks_per_sm") * sms)
-    return {"WORD_BYTES": word, "WARPS": warps}, warps, blocks
+    return {"WORD_BYTES": word, "WARPS": warps}, warps

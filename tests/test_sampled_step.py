@@ -19,7 +19,8 @@ from dgl_maxk._dgl import dgl
 from dgl_maxk.models import build_model
 from dgl_maxk.sampling import DeviceGraph, NeighborSampler
 from dgl_maxk.training import step as step_module
-from dgl_maxk.training.sampled_step import _MARGIN, PaddedBatch, SampledStep, seen_sizes
+from dgl_maxk.training.sampled_step import (_MARGIN, PaddedBatch, SampledStep, _bounds,
+                                            seen_sizes)
 from conftest import ReadsOnTheHost, optimizer_state
 
 needs_kernels = pytest.mark.skipif(not backends.cuda.available(),
@@ -55,22 +56,21 @@ def _batch(graph, fanouts, batch_size, device="cpu", dtype=torch.float64, width=
     return blocks, x, y
 
 
-def _padded(fanouts, batch_size, n, blocks, x, y, sized):
-    """A PaddedBatch for the worst case, or sized for ``blocks`` (as SampledStep makes it)."""
-    return PaddedBatch(fanouts, batch_size, n, x, y, seen_sizes(blocks) if sized else None)
+def _padded(fanouts, batch_size, n, blocks, x, y):
+    """A PaddedBatch sized for ``blocks``, as SampledStep makes it."""
+    return PaddedBatch(fanouts, batch_size, n, x, y, seen_sizes(blocks))
 
 
-@pytest.mark.parametrize("sized", [False, True])
-def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones(sized):
+def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones():
     n = int(torch.randint(60, 400, ()))
     fanouts, batch_size = [int(f) for f in torch.randint(1, 7, (3,))], 16
     blocks, x, y = _batch(_graph(n), fanouts, batch_size)
-    batch = _padded(fanouts, batch_size, n, blocks, x, y, sized)
+    batch = _padded(fanouts, batch_size, n, blocks, x, y)
     assert batch.fits(blocks, x, y)
     for _ in range(2):  # a second batch over the first one's leftovers
         if not batch.fits(blocks, x, y):  # larger than the one it was sized for
             batch = batch.grown(blocks)
-            assert sized and batch.fits(blocks, x, y)
+            assert batch.fits(blocks, x, y)
         batch.load(blocks, x, y)
         padded = batch.blocks()
         for layer, (real, pad) in enumerate(zip(blocks, padded)):
@@ -100,15 +100,28 @@ def test_padded_blocks_are_csrs_within_the_fanout_holding_the_real_ones(sized):
         blocks, x, y = _batch(_graph(n), fanouts, batch_size)
 
 
+def test_a_batch_without_edges_is_padded_and_fits():
+    """Seeds without in-edges (a layer of no edges sized the padding): a padding row still
+    holds its slots, and the batch loads."""
+    n = int(torch.randint(40, 100, ()))
+    blocks, x, y = _batch(dgl.graph(([], []), num_nodes=n), [3, 2], 8)
+    assert [b.num_edges() for b in blocks] == [0, 0]
+    batch = _padded([3, 2], 8, n, blocks, x, y)
+    assert batch.fits(blocks, x, y) and min(batch.pad_rows) >= 1
+    batch.load(blocks, x, y)
+    padded = batch.blocks()
+    assert [b.num_dst_nodes() for b in padded] == batch.dst_cap
+    assert all(int(b.plan.indptr[-1]) == b.num_edges() == 0 for b in padded)
+
+
 @pytest.mark.parametrize("model_name", ["sage", "gcn", "gin"])
 @pytest.mark.parametrize("k", [None, 3])
-@pytest.mark.parametrize("sized", [False, True])
-def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_name, k, sized):
+def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_name, k):
     n, fanouts, batch_size = int(torch.randint(80, 300, ())), [4, 3, 2], 12
     blocks, x, y = _batch(_graph(n), fanouts, batch_size)
     model = build_model(model_name, 6, 8, 3, 3, k=k or 4, dropout=0.0,
                         nonlinearity="relu" if k is None else "maxk").double()
-    batch = _padded(fanouts, batch_size, n, blocks, x, y, sized)
+    batch = _padded(fanouts, batch_size, n, blocks, x, y)
     batch.load(blocks, x, y)
 
     def run(graph, features):
@@ -130,12 +143,13 @@ def test_sized_padding_fits_like_batches_in_far_less_room_and_grows_for_larger_o
     n, fanouts, batch_size = 3000, [5, 4, 3], 64
     graph = _regular_graph(n, 6)  # batches alike (rows without in-edges vary them more)
     blocks, x, y = _batch(graph, fanouts, batch_size)
-    worst = _padded(fanouts, batch_size, 10 * n, blocks, x, y, sized=False)
-    sized = _padded(fanouts, batch_size, 10 * n, blocks, x, y, sized=True)
-    assert sum(sized.edge_cap) < sum(worst.edge_cap)
-    assert sized.src_cap[0] < 0.8 * worst.src_cap[0]
-    assert all(s <= w for s, w in zip(sized.dst_cap + sized.edge_cap,
-                                      worst.dst_cap + worst.edge_cap))
+    sized = _padded(fanouts, batch_size, 10 * n, blocks, x, y)
+    bounds = _bounds(fanouts, batch_size, 10 * n)  # the most the fan-outs allow
+    worst_edges = [dst * f for (dst, _), f in zip(bounds, fanouts)]
+    assert sum(sized.edge_cap) < sum(worst_edges)
+    assert sized.src_cap[0] < 0.8 * bounds[0][1]
+    assert all(e <= w for e, w in zip(sized.edge_cap, worst_edges))
+    assert all(r <= dst for r, (dst, _) in zip(sized.dst_real, bounds))
     assert all(sized.fits(*_batch(graph, fanouts, batch_size)) for _ in range(8))
     # a graph ten times larger: the neighbourhoods hardly overlap, so more source nodes
     wide, xw, yw = _batch(_regular_graph(10 * n, 6), fanouts, batch_size)
@@ -150,11 +164,11 @@ def test_fits_only_full_batches_of_the_samplers_blocks():
     n, fanouts, batch_size = 200, [3, 2], 10
     graph = _graph(n)
     blocks, x, y = _batch(graph, fanouts, batch_size)
-    batch = PaddedBatch(fanouts, batch_size, n, x, y)
+    batch = _padded(fanouts, batch_size, n, blocks, x, y)
     assert batch.fits(blocks, x, y)
     small, xs, ys = _batch(graph, fanouts, batch_size - 1)
     assert not batch.fits(small, xs, ys)  # the last, smaller batch of an epoch
-    assert not PaddedBatch([3, 1], batch_size, n, x, y).fits(blocks, x, y)  # other fan-outs
+    assert not _padded([3, 1], batch_size, n, blocks, x, y).fits(blocks, x, y)  # other fan-outs
     assert not batch.fits(blocks, x.float(), y)  # features of another dtype
     assert not batch.fits(blocks, x[:, :4], y)
     assert not batch.fits(blocks[1:], x, y)

@@ -83,29 +83,23 @@ def seen_sizes(blocks) -> list:
 
 def _layout(fanouts, bounds, seen):
     """Per layer (real rows, padding rows, edge slots) and the source rows of the input
-    layer, for the worst case (``seen`` None) or for batches like the ``seen`` ones (per
-    layer: most destination rows, most source rows, fewest and most edges), with
-    :data:`_MARGIN` headroom and never above the worst case.
+    layer, for batches like the ``seen`` ones (per layer: most destination rows, most source
+    rows, fewest and most edges), with :data:`_MARGIN` headroom and never above the most the
+    fan-outs allow (``bounds``).
 
     The padding rows take the edge slots the real rows leave, at most a fan-out each, and
     are the sources of the padding edges, so they hold the most slots a fitting batch can
     leave: (slots - fewest edges) / fan-out."""
     real, window, slots = [], [], []
-    for (dst_bound, _), f, layer in zip(bounds, fanouts, seen or [None] * len(fanouts)):
-        if layer is None:
-            real.append(dst_bound)
-            slots.append(dst_bound * f)
-            window.append(dst_bound)
-            continue
-        most_dst, _, fewest, most = layer
+    for (dst_bound, _), f, (most_dst, _, fewest, most) in zip(bounds, fanouts, seen):
         cap = min(dst_bound * f, math.ceil(most * _MARGIN))
         slots.append(cap)
         real.append(min(dst_bound, math.ceil(most_dst * _MARGIN)))
-        window.append(min(dst_bound, math.ceil((cap - int(fewest / _MARGIN)) / f)))
+        # at least one: a layer seen without edges still has its padding source
+        window.append(min(dst_bound, max(1, math.ceil((cap - int(fewest / _MARGIN)) / f))))
     for layer in range(len(window) - 2, -1, -1):  # a layer's padding rows are the next's
         window[layer] = max(window[layer], window[layer + 1])  # padding sources
-    input_rows = bounds[0][1] if seen is None else min(
-        bounds[0][1], math.ceil(seen[0][1] * _MARGIN))
+    input_rows = min(bounds[0][1], math.ceil(seen[0][1] * _MARGIN))
     return real, window, slots, input_rows
 
 
@@ -116,16 +110,16 @@ class PaddedBatch:
     ``pad_rows[l]`` padding rows that hold the edge slots the real rows leave; ``edge_cap[l]``
     edges; and ``src_cap[l]`` source rows (the padding edges come from the ``pad_rows[l]``
     rows right after the real ones); the features have ``src_cap[0]`` rows and the labels
-    ``batch_size``. Without ``seen`` the sizes are the most the fan-outs and the batch size
-    allow; with ``seen`` (:func:`seen_sizes` of real batches, merged by :meth:`grown`)
-    they are those batches' sizes with headroom (:data:`_MARGIN`), far smaller where the
-    fan-outs overlap in the graph. :meth:`fits` says whether a batch can be copied in,
+    ``batch_size``. The sizes are those of the ``seen`` batches (:func:`seen_sizes` of real
+    batches, merged by :meth:`grown`) with headroom (:data:`_MARGIN`), never above the most
+    the fan-outs and the batch size allow, and far below it where the fan-outs overlap in
+    the graph. :meth:`fits` says whether a batch can be copied in,
     :meth:`load` copies it (a few small kernels per layer, no host synchronisation),
     :meth:`blocks` makes the blocks over the fixed tensors (inside a capture, so that their
     plans are rebuilt at every replay).
     """
 
-    def __init__(self, fanouts, batch_size, num_nodes, features, labels, seen=None):
+    def __init__(self, fanouts, batch_size, num_nodes, features, labels, seen):
         self.fanouts, self.batch_size = list(fanouts), int(batch_size)
         self.num_nodes, self.seen = int(num_nodes), seen
         bounds = _bounds(self.fanouts, self.batch_size, self.num_nodes)
@@ -155,9 +149,8 @@ class PaddedBatch:
 
     def grown(self, blocks) -> "PaddedBatch":
         """A batch sized for the batches this one was sized for and ``blocks``."""
-        seen = seen_sizes(blocks) if self.seen is None else [
-            (max(d, a), max(s, b), min(e, c), max(e, x))
-            for (d, s, e, _), (a, b, c, x) in zip(seen_sizes(blocks), self.seen)]
+        seen = [(max(d, a), max(s, b), min(e, c), max(e, x))
+                for (d, s, e, _), (a, b, c, x) in zip(seen_sizes(blocks), self.seen)]
         return PaddedBatch(self.fanouts, self.batch_size, self.num_nodes, self.features,
                            self.labels, seen)
 

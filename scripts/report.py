@@ -293,7 +293,7 @@ def _timed_steps(data: dict) -> str:
     if steps == [wanted]:
         return f"{wanted} timed steps"
     if len(steps) == 1:
-        return f"{steps[0]} timed steps (one epoch)"
+        return f"{steps[0]:,} timed steps (one epoch)"
     return f"{wanted} timed steps, or one epoch where shorter"
 
 

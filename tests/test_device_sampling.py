@@ -690,6 +690,17 @@ def test_shuffle_depends_on_seed_and_pass():
                                                                       seeds)
 
 
+def test_prefetch_defaults_to_two_threads_on_a_gpu_and_none_on_a_cpu():
+    g = dgl.rand_graph(50, 200)
+    loader = NeighborLoader(DeviceGraph.from_dgl(g, "cpu"), torch.arange(50),
+                            NeighborSampler([2]), 8)
+    assert loader.prefetch == 0 and len(list(loader)) == 7
+    if torch.cuda.is_available():
+        loader = NeighborLoader(DeviceGraph.from_dgl(g, "cuda"), torch.arange(50),
+                                NeighborSampler([2]), 8)
+        assert loader.prefetch == 2
+
+
 def test_prefetch_does_not_change_the_batches():
     g, seeds = mixed_graph(150)
     graph = DeviceGraph.from_dgl(g, "cpu")
@@ -856,8 +867,8 @@ def test_loader_and_sampler_arguments_of_the_wrong_type_say_what_they_take():
         NeighborLoader(graph, seeds, [2], 4)
     with pytest.raises(TypeError, match=r"batch_size=2.5: must be an integer"):
         NeighborLoader(graph, seeds, NeighborSampler([2]), 2.5)
-    with pytest.raises(TypeError, match=r"prefetch=None, rank=1.0: must be integers"):
-        NeighborLoader(graph, seeds, NeighborSampler([2]), 2, prefetch=None, rank=1.0,
+    with pytest.raises(TypeError, match=r"prefetch=1.5, rank=1.0: must be integers"):
+        NeighborLoader(graph, seeds, NeighborSampler([2]), 2, prefetch=1.5, rank=1.0,
                        world_size=2)
 
 

@@ -38,11 +38,8 @@ def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None,
                   features=None):
     """A :class:`~dgl_maxk.sampling.NeighborLoader` over ``seeds`` on ``device_graph``'s
     device, this process's share of them under ``torchrun``, with each batch's rows of
-    ``features`` if given. ``prefetch`` None: two producer threads on a GPU (measured: MaxK
-    k=32's graphed step 1.25x one thread's seeds per second, a third adds 1%), none on a CPU
-    (where a producer thread would take the step's cores)."""
-    if prefetch is None:
-        prefetch = 2 if device_graph.device.type == "cuda" else 0
+    ``features`` if given; ``prefetch`` None: the loader's default (two producer threads on
+    a GPU, none on a CPU)."""
     return NeighborLoader(device_graph, seeds, NeighborSampler(fanouts), batch_size,
                           seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch,
                           features=features)

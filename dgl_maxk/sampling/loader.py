@@ -201,6 +201,7 @@ def _produce(sample, indices, ready, stop, device, start_after=None):
                 return True
         return False
 
+    stream = None
     try:
         # high priority: the sampler's small kernels (and the reads of its sizes that wait
         # for them) go ahead of the step's, which would otherwise hold the GPU
@@ -215,3 +216,8 @@ def _produce(sample, indices, ready, stop, device, start_after=None):
                     return
     except BaseException as err:  # re-raised in the consumer's thread
         put(err)
+    finally:
+        # nothing this thread queued outlives it: it reads the pass's seeds, which the
+        # caller's stream made and frees once the producers are joined
+        if stream is not None:
+            stream.synchronize()

@@ -316,8 +316,8 @@ def minibatch_section(data: dict) -> list:
               f"{'/'.join(map(str, args['fanouts']))}, batches of {args['batch_size']:,} "
               f"seeds, {args['precision']} in every arm. Each step is the trainer's "
               "(`SampledStep`) on blocks that dgl_maxk's device sampler makes ahead on its "
-              "threads (two by default): eager, or \"graphed\", replayed from a CUDA graph over blocks padded "
-              "to fixed sizes (the first full batch's, with headroom; a batch that does not "
+              "threads (two by default): eager, or \"graphed\", replayed from a CUDA graph "
+              "over blocks padded to fixed sizes (the first full batch's, with headroom; a batch that does not "
               "fit grows them), \"mixed\" where some steps of the pass ran eagerly (after "
               "each sizing, and the last, smaller batch). The trainer's default "
               "(`sampling.cuda_graph: auto`) graphs the steps of models trained by one "
@@ -336,7 +336,8 @@ def papers_rows(data: dict) -> list:
     results, breakdown = data["results"], data["args"]["breakdown"]
     return [[r["variant"], r["features"], r.get("step", "eager"),
              f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
-             f"{r['epoch_s_estimate']:.2f}", _split(r, breakdown), f"{r['peak_gpu_gib']:.1f}",
+             f"{r['epoch_s_estimate']:.2f}", _split(r, breakdown),
+             "not measured" if r["peak_gpu_gib"] is None else f"{r['peak_gpu_gib']:.1f}",
              _vs_relu(r, results)] for r in results]
 
 
@@ -347,12 +348,15 @@ def papers_section(data: dict) -> list:
         "### papers100M-sized on one GPU", "",
         *code(command("bench_minibatch.py", [
             ("--graph", args["graph"]), ("--gpus", args["gpus"]),
-            ("--variants", args["variants"]), ("--feature-memory", args["feature_memory"]),
+            ("--samplers", args["samplers"]), ("--variants", args["variants"]),
+            ("--feature-memory", args["feature_memory"]),
+            ("--batch-size", args["batch_size"]), ("--fanouts", args["fanouts"]),
             ("--cuda-graph", args.get("cuda_graph")), ("--prefetch", args.get("prefetch")),
             ("--steps", args["steps"]), ("--warmup", args["warmup"]),
             ("--breakdown", args["breakdown"]), ("--precision", args["precision"])], "OUT"),
             f"cp OUT/minibatch.json benchmarks/{data['file']}"),
-        *para(f"The same model and step on a generated graph of ogbn-papers100M's size "
+        *para(f"GraphSAGE {args['layers']} x {args['hidden']}, the same step, on a "
+              "generated graph of ogbn-papers100M's size "
               f"({args['nodes']:,} nodes, mean in-degree {args['degree']:.1f}, "
               f"{args['features']} features, {args['classes']} classes, {seeds:,} training "
               "seeds), built on the GPU as the sampler's CSR, with no DGL graph on the host. "
@@ -364,6 +368,7 @@ def papers_section(data: dict) -> list:
               "torch's, for the whole process (graph, features, model and step)."),
         *table(["variant", "features", "step", "seeds/s", "ms/step", "epoch (s)",
                 "wait / copy / compute ms", "peak GPU GiB", "vs ReLU"], papers_rows(data))]
+
 
 def phase_group(name: str) -> str:
     """The row of the profile table a phase of profile_minibatch.py falls in."""

@@ -690,6 +690,18 @@ def test_shuffle_depends_on_seed_and_pass():
                                                                       seeds)
 
 
+def test_batch_seeds_differ_across_passes_ranks_and_batches():
+    """Each batch's random stream is seeded from (pass, rank, batch); a linear mix gave rank
+    r's batch i + 1,000,003 the seed of rank r + 1's batch i."""
+    from dgl_maxk.sampling.loader import _mixed_seed
+    pass_seed = int(torch.randint(0, 2 ** 40, ()))
+    grid = [_mixed_seed(pass_seed + p, r, i) for p in range(3) for r in range(4)
+            for i in range(500)]
+    assert len(set(grid)) == len(grid) and all(0 <= x < 2 ** 64 for x in grid)
+    assert _mixed_seed(pass_seed, 0, 1_000_003) != _mixed_seed(pass_seed, 1, 0)
+    assert _mixed_seed(pass_seed, 0, 5) == _mixed_seed(pass_seed, 0, 5)
+
+
 def test_prefetch_defaults_to_two_threads_on_a_gpu_and_none_on_a_cpu():
     g = dgl.rand_graph(50, 200)
     loader = NeighborLoader(DeviceGraph.from_dgl(g, "cpu"), torch.arange(50),
@@ -1303,45 +1315,74 @@ def test_resume_a_minibatch_checkpoint_from_before_the_sampler_key(planted, tmp_
 
 
 _CLOSED_ON_PRODUCER = r"""
-import threading, time, torch
+import queue, sys, threading, time, types, torch
 from dgl_maxk._dgl import dgl  # DGL through the package's compatibility fix, as users import it
 from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
+from dgl_maxk.sampling import loader as loader_module
+
+prefetch, where = int(sys.argv[1]), sys.argv[2]
+# closes the consumer's iterator from a producer thread, as a garbage collection run in that
+# thread does when the iterator is only reachable through a reference cycle (an exception
+# raised in the loop body and kept, e.g. ``except ... as err: errors.append(err)``): while
+# sampling, or inside a queue's put, which holds that queue's lock. The iterator is garbage
+# there, so not running: the producers' batches after their first wait until the consumer
+# is out of next(), and the first of them closes it.
+state = {"iterator": None, "calls": 0, "closed": False, "lock": threading.Lock(),
+         "idle": threading.Event()}
+
+def close_once():
+    with state["lock"]:
+        closing, state["closed"] = not state["closed"], True
+    if closing:
+        state["iterator"].close()
 
 class ClosingSampler(NeighborSampler):
-    # closes the consumer's iterator from the producer thread, as a garbage collection run
-    # in that thread does when the iterator is only reachable through a reference cycle
-    # (an exception raised in the loop body and kept, e.g. ``except ... as err: errors.append(err)``)
-    iterator, calls = None, 0
-
     def sample(self, graph, seeds, generator=None):
-        self.calls += 1
-        if self.calls == 3:
-            self.iterator.close()
+        with state["lock"]:
+            state["calls"] += 1
+            first = state["calls"] <= prefetch  # each thread's first batch
+        if not first:
+            state["idle"].wait(10)
+            if where == "sample":
+                close_once()
         return super().sample(graph, seeds, generator)
 
-sampler = ClosingSampler([2])
+class ClosingQueue(queue.Queue):
+    def _put(self, item):
+        super()._put(item)
+        if where == "put" and state["idle"].is_set():
+            close_once()
+
+loader_module.queue = types.SimpleNamespace(Queue=ClosingQueue, Empty=queue.Empty,
+                                            Full=queue.Full)
 loader = NeighborLoader(DeviceGraph.from_dgl(dgl.rand_graph(100, 400), "cpu"),
-                        torch.arange(100), sampler, 4, prefetch=1)
-sampler.iterator = iter(loader)
-next(sampler.iterator)
+                        torch.arange(100), ClosingSampler([2]), 4, prefetch=prefetch)
+state["iterator"] = iter(loader)
+next(state["iterator"])
+state["idle"].set()
 deadline = time.monotonic() + 10
 while time.monotonic() < deadline and any(
         t.name == "dgl_maxk-sampler" for t in threading.enumerate()):
     time.sleep(0.05)
+print("closed", state["closed"])
 print("alive", any(t.name == "dgl_maxk-sampler" for t in threading.enumerate()))
 """
 
 
-def test_iterator_finalized_on_the_producer_thread_lets_it_end():
-    """The loader's cleanup (stop, drain, join) may run on the producer thread itself when
-    the cyclic garbage collector finalizes the consumer's iterator there; it must not wait
-    for itself (it spun forever in ``while thread.is_alive()``)."""
+@pytest.mark.parametrize("where", ["sample", "put"])
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_iterator_finalized_on_a_producer_thread_lets_them_end(prefetch, where):
+    """The loader's cleanup (stop, drain, join) may run on a producer thread itself when
+    the cyclic garbage collector finalizes the consumer's iterator there, even inside a put
+    holding that queue's lock: it must not wait for itself (it spun forever in
+    ``while thread.is_alive()``) nor drain its own queue (it blocked on the lock)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-c", _CLOSED_ON_PRODUCER], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    r = subprocess.run([sys.executable, "-c", _CLOSED_ON_PRODUCER, str(prefetch), where],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().endswith("alive False"), r.stdout + r.stderr[-2000:]
+    assert r.stdout.split() == ["closed", "True", "alive", "False"], r.stdout + r.stderr[-2000:]
 
 
 def test_restore_keeps_the_optimizer_this_device_uses(planted, tmp_path):

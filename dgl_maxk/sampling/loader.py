@@ -34,6 +34,18 @@ SAMPLER_THREAD = "dgl_maxk-sampler"
 _SEED_RANGE = 1 << 64
 
 
+def _mixed_seed(*values) -> int:
+    """A 64-bit seed from integers (splitmix64's finaliser over each in turn): seeds of
+    distinct tuples (pass, rank, batch) collide only by chance, at 2^-64."""
+    x = 0
+    for value in values:
+        x = (x + value + 0x9E3779B97F4A7C15) % _SEED_RANGE
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % _SEED_RANGE
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % _SEED_RANGE
+        x ^= x >> 31
+    return x
+
+
 class NeighborLoader:
     """Iterate over (input_nodes, output_nodes, blocks) for batches of ``seeds``; with
     ``features``, (input_nodes, output_nodes, blocks, input_features).
@@ -57,7 +69,9 @@ class NeighborLoader:
         around to fill the last), so every process runs the same number of steps
     prefetch : int, optional
         Producer threads, each sampling a batch ahead (batch i on thread i % prefetch), at
-        the same time; 0 samples in the caller's thread. Default: 2 on a GPU (measured: MaxK
+        the same time, so that up to twice as many batches are held (one queued, one in the
+        making, per thread) and ``sampler.sample`` runs on several threads at once; 0
+        samples in the caller's thread. Default: 2 on a GPU (measured: MaxK
         k=32's graphed step 1.25x one thread's seeds per second, a third adds 1%), 0 on a
         CPU (where a producer thread would take the step's cores)
     features : Tensor, optional
@@ -116,7 +130,7 @@ class NeighborLoader:
         ``i``), so that batches sampled at the same time on several threads are those
         sampled one after another."""
         generator = torch.Generator(device=self.graph.device).manual_seed(
-            ((pass_seed * 1_009 + self.rank) * 1_000_003 + i) % _SEED_RANGE)
+            _mixed_seed(pass_seed, self.rank, i))
         seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
         with input_checks(False):  # the seeds and features were checked at construction
             batch = self.sampler.sample(self.graph, seeds, generator)
@@ -164,9 +178,9 @@ def _prefetched(sample, count, producers, device):
         target=contextvars.copy_context().run,
         args=(_produce, sample, range(t, count, producers), queues[t], stop, device,
               ready_event), daemon=True, name=SAMPLER_THREAD) for t in range(producers)]
-    for thread in threads:
-        thread.start()
     try:
+        for thread in threads:
+            thread.start()
         for i in range(count):
             item = queues[i % producers].get()
             if isinstance(item, BaseException):
@@ -181,16 +195,17 @@ def _prefetched(sample, count, producers, device):
     finally:
         stop.set()
         # The garbage collector may finalize this generator on a producer thread itself
-        # (when an exception kept in a reference cycle holds it): the producers then see
-        # ``stop`` once this returns, and none must wait for itself.
-        for thread in threads:
-            if threading.current_thread() is thread:
-                continue
-            while thread.is_alive():  # unblock a producer waiting on a full queue
-                for ready in queues:
-                    with contextlib.suppress(queue.Empty):
-                        ready.get(timeout=0.01)
-            thread.join()
+        # (when an exception kept in a reference cycle holds it), even inside a put that
+        # holds its queue's lock: there it only sets ``stop``, which every producer sees
+        # within a put's timeout; elsewhere it drains the queues so that they end at once.
+        if threading.current_thread() not in threads:
+            for thread in threads:
+                while thread.is_alive():  # unblock a producer waiting on a full queue
+                    for ready in queues:
+                        with contextlib.suppress(queue.Empty):
+                            ready.get(timeout=0.01)
+                if thread.ident is not None:  # started
+                    thread.join()
 
 
 def _produce(sample, indices, ready, stop, device, start_after=None):

@@ -297,18 +297,25 @@ def _timed_steps(data: dict) -> str:
     return f"{wanted} timed steps, or one epoch where shorter"
 
 
+def bench_minibatch_code(data: dict) -> list:
+    """The command of a bench_minibatch.py run, every flag as its JSON recorded it."""
+    args = data["args"]
+    return code(command("bench_minibatch.py", [
+        ("--graph", args["graph"]), ("--gpus", args["gpus"]),
+        ("--samplers", args["samplers"]), ("--variants", args["variants"]),
+        ("--feature-memory", args["feature_memory"]), ("--cuda-graph", args.get("cuda_graph")),
+        ("--prefetch", args.get("prefetch")), ("--batch-size", args["batch_size"]),
+        ("--fanouts", args["fanouts"]), ("--steps", args["steps"]),
+        ("--warmup", args["warmup"]), ("--breakdown", args["breakdown"]),
+        ("--precision", args["precision"])], "OUT"),
+        f"cp OUT/minibatch.json benchmarks/{data['file']}")
+
+
 def minibatch_section(data: dict) -> list:
     args = data["args"]
     return [
         "## Mini-batch training", "",
-        *code(command("bench_minibatch.py", [
-            ("--gpus", args["gpus"]), ("--samplers", args["samplers"]),
-            ("--variants", args["variants"]), ("--cuda-graph", args.get("cuda_graph")),
-            ("--prefetch", args.get("prefetch")), ("--batch-size", args["batch_size"]),
-            ("--fanouts", args["fanouts"]), ("--steps", args["steps"]),
-            ("--warmup", args["warmup"]), ("--breakdown", args["breakdown"]),
-            ("--precision", args["precision"])], "OUT"),
-            f"cp OUT/minibatch.json benchmarks/{data['file']}"),
+        *bench_minibatch_code(data),
         *para(f"GraphSAGE {args['layers']} x {args['hidden']} on a generated graph of "
               f"ogbn-products' size ({args['nodes']:,} nodes, mean in-degree "
               f"{args['degree']:.1f}, {args['features']} features, {args['classes']} "
@@ -317,9 +324,9 @@ def minibatch_section(data: dict) -> list:
               f"seeds, {args['precision']} in every arm. Each step is the trainer's "
               "(`SampledStep`) on blocks that dgl_maxk's device sampler makes ahead on its "
               "threads (two by default): eager, or \"graphed\", replayed from a CUDA graph "
-              "over blocks padded to fixed sizes (the first full batch's, with headroom; a batch that does not "
-              "fit grows them), \"mixed\" where some steps of the pass ran eagerly (after "
-              "each sizing, and the last, smaller batch). The trainer's default "
+              "over blocks padded to fixed sizes (the first full batch's, with headroom; a "
+              "batch that does not fit grows them), \"mixed\" where some steps of the pass "
+              "ran eagerly (after each sizing, and the last, smaller batch). The trainer's default "
               "(`sampling.cuda_graph: auto`) graphs the steps of models trained by one "
               f"process. Seeds per second over {_timed_steps(data)} after "
               f"{args['warmup']} warm-up ones; the "
@@ -346,15 +353,7 @@ def papers_section(data: dict) -> list:
     seeds = round(args["nodes"] * args["train_fraction"])
     return [
         "### papers100M-sized on one GPU", "",
-        *code(command("bench_minibatch.py", [
-            ("--graph", args["graph"]), ("--gpus", args["gpus"]),
-            ("--samplers", args["samplers"]), ("--variants", args["variants"]),
-            ("--feature-memory", args["feature_memory"]),
-            ("--batch-size", args["batch_size"]), ("--fanouts", args["fanouts"]),
-            ("--cuda-graph", args.get("cuda_graph")), ("--prefetch", args.get("prefetch")),
-            ("--steps", args["steps"]), ("--warmup", args["warmup"]),
-            ("--breakdown", args["breakdown"]), ("--precision", args["precision"])], "OUT"),
-            f"cp OUT/minibatch.json benchmarks/{data['file']}"),
+        *bench_minibatch_code(data),
         *para(f"GraphSAGE {args['layers']} x {args['hidden']}, the same step, on a "
               "generated graph of ogbn-papers100M's size "
               f"({args['nodes']:,} nodes, mean in-degree {args['degree']:.1f}, "

@@ -6,9 +6,8 @@ under data parallelism, and each batch sampled ahead by a producer thread on its
 stream while the steps before it compute (``prefetch`` threads, sampling at the same time,
 each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature rows
 when given a feature table (gathered there too: from pinned host memory, the bus's time then
-overlaps the step's). The batches and their
-order depend only on ``seed``, the pass number, the rank and the number of processes, not on
-``prefetch`` or timing.
+overlaps the step's). The batches and their order depend only on ``seed``, the pass number,
+the rank and the number of processes, not on ``prefetch`` or timing.
 """
 from __future__ import annotations
 
@@ -71,9 +70,9 @@ class NeighborLoader:
         Producer threads, each sampling a batch ahead (batch i on thread i % prefetch), at
         the same time, so that up to twice as many batches are held (one queued, one in the
         making, per thread) and ``sampler.sample`` runs on several threads at once; 0
-        samples in the caller's thread. Default: 2 on a GPU (measured: MaxK
-        k=32's graphed step 1.25x one thread's seeds per second, a third adds 1%), 0 on a
-        CPU (where a producer thread would take the step's cores)
+        samples in the caller's thread. Default: 2 on a GPU (measured: MaxK k=32's graphed
+        step 1.25x one thread's seeds per second, a third adds 1%), 0 on a CPU (where a
+        producer thread would take the step's cores)
     features : Tensor, optional
         Every node's input rows, on the graph's device or in pinned host memory
         (:func:`~dgl_maxk.sampling.gather_rows`): each batch then carries its input nodes'

@@ -251,7 +251,7 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
              if picked > 0 else None)
     positions = backends.for_tensor(dst).sample_neighbors(graph.indptr, dst, indptr, num_edges,
                                                           picked, draws)
-    src_nodes, local = _relabel(dst, graph.indices[positions].long())
+    src_nodes, local = _relabel(dst, graph.indices[positions])
     edge_ids = graph.edge_ids[positions].long() if graph.edge_ids is not None else None
     return SampledBlock(indptr, local, src_nodes, n,
                         max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids,
@@ -259,14 +259,17 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
 
 
 def _relabel(dst, neighbours):
-    """(src_nodes, local ids of ``neighbours``): the block's source nodes are ``dst`` in its
-    order, then the other neighbours by increasing global id."""
+    """(src_nodes, local ids of ``neighbours``), int64: the block's source nodes are ``dst``
+    in its order, then the other neighbours by increasing global id. The ids are sorted in
+    the dtype of ``neighbours`` (the graph's indices): int32 keys take half the radix passes
+    of int64 ones."""
     n = dst.numel()
-    nodes, inverse = torch.unique(torch.cat([dst, neighbours]), return_inverse=True)
+    nodes, inverse = torch.unique(torch.cat([dst.to(neighbours.dtype), neighbours]),
+                                  return_inverse=True)
     rank = torch.full((nodes.numel(),), -1, dtype=torch.int64, device=dst.device)
     rank[inverse[:n]] = torch.arange(n, device=dst.device)
     new = rank < 0
     rank = torch.where(new, n + torch.cumsum(new, 0) - 1, rank)
-    src_nodes = torch.empty_like(nodes)
-    src_nodes[rank] = nodes
+    src_nodes = torch.empty(nodes.shape, dtype=torch.int64, device=dst.device)
+    src_nodes[rank] = nodes.long()
     return src_nodes, rank[inverse[n:]]

@@ -122,7 +122,8 @@ def test_two_process_run_resumes_to_the_uninterrupted_result(two_process_run, tm
              returncode=None)
     cut, run_dir = _results(tmp_path)
     assert not cut["complete"] and f"--resume {run_dir}" in r.stderr, r.stderr[-3000:]
-    r = _cli(TWO_PROCESSES, "--resume", run_dir, "--no-progress")
+    # on the device of the cut run (a GPU machine's default would be its GPUs)
+    r = _cli(TWO_PROCESSES, "--resume", run_dir, "--device", "cpu", "--no-progress")
     assert "resuming from epoch 2" in r.stdout
     resumed, _ = _results(tmp_path)
     for variant in ("maxk", "relu"):

@@ -71,8 +71,8 @@ def build_parser():
                              "read by the GPU directly, as sampling.features: host); give "
                              "both to time them side by side")
     parser.add_argument("--prefetch", type=int, default=None,
-                        help="batches the device sampler prepares ahead (default: the "
-                             "trainer's, 1 on a GPU, 0 on a CPU)")
+                        help="the device sampler's producer threads, each sampling a batch "
+                             "ahead (default: the trainer's, 2 on a GPU, 0 on a CPU)")
     parser.add_argument("--cuda-graph", nargs="+", choices=tuple(GRAPH_SETTINGS),
                         default=["auto"],
                         help="the trainer's sampling.cuda_graph: on replays the device "

@@ -11,7 +11,8 @@ generator, sizes and model; products-sized by default):
 - **trace**: ``torch.profiler`` over unsynchronised steps of the trainer's own step
   (``SampledStep``, graphed or eager as ``--cuda-graph`` says, sampling ahead on its
   thread): kernel launches and graph replays per step, GPU kernel time per step by kind of
-  kernel, and how busy the GPU was over the steps' wall time.
+  kernel and for the longest kernels by name, and how busy the GPU was over the steps'
+  wall time (``--chrome-trace`` also writes the timeline).
 
 Prints a table per variant and writes ``profile_minibatch.json`` under ``--out``.
 
@@ -46,6 +47,11 @@ def build_parser():
     parser.add_argument("--warmup", type=positive_int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     add_precision_argument(parser, "every variant")
+    parser.add_argument("--top-kernels", type=positive_int, default=15,
+                        help="the kernels listed by name in each trace, longest first")
+    parser.add_argument("--chrome-trace", action="store_true",
+                        help="also write each trace for chrome://tracing or Perfetto "
+                             "(trace_<variant>_<cuda-graph>.json under --out)")
     parser.add_argument("--out", default="runs/profile")
     return parser
 
@@ -77,6 +83,11 @@ KERNEL_KINDS = [
     ("optimizer", r"adam|multi_tensor"),
     ("layer norm", r"layer_norm|layernorm"),
 ]
+
+
+#: Characters of a kernel's name that tell kernels apart in the list of the longest (the
+#: rest of a templated name is its parameters).
+_NAME_CHARS = 120
 
 
 class Laps:
@@ -189,16 +200,17 @@ def kernel_kind(name: str) -> str:
                  if re.search(pattern, name, re.IGNORECASE)), "other elementwise")
 
 
-def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed):
+def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed, trace_name):
     """Launches, replays and kernel time per step of the trainer's own step."""
     opt = make_optimizer(model.parameters(), 0.003)
     step = SampledStep(model, opt, args.fanouts, args.batch_size, graph.num_nodes,
                        precision=args.precision, cuda_graph=graphed)
     sampling = {"sampler": "device", "fanouts": args.fanouts, "batch_size": args.batch_size,
                 "prefetch": None}
-    loader = epoch_loader(None, train_idx, sampling, args.seed, 2, graph)
+    # the trainer's loader: each batch's feature rows gathered by the sampler threads
+    loader = epoch_loader(None, train_idx, sampling, args.seed, 2, graph, feats)
     train_epoch(step, loader, feats, labels, device, max_steps=args.warmup)
-    loader = epoch_loader(None, train_idx, sampling, args.seed, 3, graph)
+    loader = epoch_loader(None, train_idx, sampling, args.seed, 3, graph, feats)
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     torch.cuda.synchronize(device)
     with torch.profiler.profile(activities=activities) as prof:
@@ -207,8 +219,11 @@ def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed):
         torch.cuda.synchronize(device)
         wall = time.perf_counter() - start
     steps = stats["steps"]
+    if args.chrome_trace:
+        prof.export_chrome_trace(str(Path(args.out) / f"trace_{trace_name}.json"))
     launches = collections.Counter()
     kinds = collections.defaultdict(float)
+    kernels = collections.defaultdict(lambda: [0, 0.0])
     for event in prof.events():
         if event.name in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC",
                           "cuLaunchKernelEx"):
@@ -221,11 +236,18 @@ def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed):
             launches["synchronisations"] += 1
         if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
             kinds[kernel_kind(event.name)] += event.device_time / 1e6
+            kernel = kernels[event.name[:_NAME_CHARS]]
+            kernel[0] += 1
+            kernel[1] += event.device_time / 1e6
     busy = sum(kinds.values())
+    longest = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:args.top_kernels]
     return {"steps": steps, "ms_per_step": 1e3 * wall / steps,
             "seeds_per_s": stats["seeds"] / wall,
             "per_step": {k: v / steps for k, v in launches.items()},
             "kernel_ms_per_step": {k: 1e3 * v / steps for k, v in sorted(kinds.items())},
+            "top_kernels": [{"name": name, "calls_per_step": calls / steps,
+                             "ms_per_step": 1e3 * seconds / steps}
+                            for name, (calls, seconds) in longest],
             "gpu_busy": busy / wall, "graphed": step.replays > 0}
 
 
@@ -243,6 +265,10 @@ def print_variant(name, phases, traces):
         print(f"   per step: {per_step}")
         for kind, ms in sorted(trace["kernel_ms_per_step"].items(), key=lambda kv: -kv[1]):
             print(f"   {kind:40s} {ms:8.3f} ms")
+        print("   longest kernels (calls a step, ms a step):")
+        for kernel in trace["top_kernels"]:
+            print(f"     {kernel['calls_per_step']:5.1f} {kernel['ms_per_step']:7.3f}  "
+                  f"{kernel['name']}")
 
 
 def parse_args(argv=None):
@@ -265,6 +291,7 @@ def main(argv=None) -> int:
 def profile(args) -> int:
     """Both passes of every variant, printed, then written to profile_minibatch.json."""
     device = torch.device("cuda")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     _, graph, feats, labels, train_idx = build_data(args, device)
     feats, labels = aligned_features(feats.to(device)), labels.to(device)
     train_idx = train_idx.to(device)
@@ -282,13 +309,11 @@ def profile(args) -> int:
                 graphed = resolve_cuda_graph(GRAPH_SETTINGS[mode], device=device,
                                              sampler="device", world=1, fanouts=args.fanouts)
                 traces[mode] = trace_pass(model, graph, train_idx, feats, labels, device,
-                                          args, graphed)
+                                          args, graphed, f"{variant}_{mode}")
             print_variant(variant, phases, traces)
             results.append({"variant": variant, "phases_ms": {
                 k: 1e3 * v for k, v in phases.items()}, "trainer_step": traces})
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "profile_minibatch.json"
+    path = Path(args.out) / "profile_minibatch.json"
     path.write_text(json.dumps({"args": vars(args), "environment": envinfo.collect(),
                                 "graph": [graph.num_nodes, int(graph.indices.numel())],
                                 "results": results}, indent=1))

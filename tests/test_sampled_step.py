@@ -308,11 +308,16 @@ def test_a_batch_larger_than_the_padding_grows_it_and_trains_as_the_eager_step()
 
 
 @needs_kernels
-@pytest.mark.parametrize("optimizer", [torch.optim.SGD,
-                                       functools.partial(torch.optim.Adam, fused=True)],
-                         ids=["sgd", "fused-adam"])
-def test_graphed_sampled_step_raises_on_nan_with_the_weights_unchanged(optimizer):
-    """SGD steps after the read; fused Adam is queued before it and skips on the GPU."""
+@pytest.mark.parametrize("optimizer,raised_by", [
+    (torch.optim.SGD, "this call"),
+    (functools.partial(torch.optim.Adam, fused=True), "the next call"),
+    (functools.partial(torch.optim.Adam, fused=True), "read_checks")],
+    ids=["sgd", "fused-adam-next-call", "fused-adam-read-checks"])
+def test_graphed_sampled_step_raises_on_nan_with_the_weights_unchanged(optimizer, raised_by):
+    """SGD steps after the read, so the replay that meets the NaN raises it. Fused Adam is
+    queued before the read and skips on the GPU, and a replay's scans are read one call
+    later: by the next call (a replay, whose step is skipped too) or by read_checks. The
+    weights and the optimizer's state are then those from before the NaN batch."""
     graph = _graph(500)
     batches = _fitting_batches(graph, 4)
     _, _, run = _train(True, batches[:3], optimizer=optimizer)
@@ -323,13 +328,24 @@ def test_graphed_sampled_step_raises_on_nan_with_the_weights_unchanged(optimizer
     x[row, 2] = float("nan")
     before = [p.detach().clone() for p in run.model.parameters()]
     state = optimizer_state(run.optimizer)
-    with pytest.raises(ValueError, match=rf"the first at index \({row}, 0\)"):
-        run(blocks, x, y)  # lin_in spreads the NaN over its row: the first conv finds it
+    # lin_in spreads the NaN over its row: the first conv finds it
+    nan_raised = pytest.raises(ValueError, match=rf"the first at index \({row}, 0\)")
+    if raised_by == "this call":
+        with nan_raised:
+            run(blocks, x, y)
+    else:
+        run(blocks, x, y)
+        with nan_raised:
+            run(*batches[1]) if raised_by == "the next call" else run.read_checks()
+        run.read_checks()  # read once: nothing left to raise
     for a, b in zip(before, run.model.parameters()):
         torch.testing.assert_close(b.detach(), a, rtol=0, atol=0)
     torch.testing.assert_close(optimizer_state(run.optimizer), state, rtol=0, atol=0)
-    run(*batches[0])  # the next clean batch replays
-    assert run.replays == 2
+    replays = run.replays
+    run(*batches[0])  # the next clean batch replays, and steps
+    run.read_checks()
+    assert run.replays == replays + 1
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, run.model.parameters()))
 
 
 @needs_kernels

@@ -25,10 +25,10 @@ import math
 
 import torch
 
-from ..sparse import SampledBlock, raise_recorded_checks, recorded_checks
+from ..sparse import SampledBlock, raise_recorded_flags, recorded_checks, recorded_flags
 from .distributed import is_distributed
-from .step import (_forward_backward, capture, optimizer_step_checked, probe, train_step,
-                   trained_parameters)
+from .step import (_forward_backward, capture, optimizer_step_checked, probe,
+                   skips_on_the_gpu, train_step, trained_parameters)
 
 
 def graph_applies(device, sampler: str) -> bool:
@@ -114,9 +114,10 @@ class PaddedBatch:
     batches, merged by :meth:`grown`) with headroom (:data:`_MARGIN`), never above the most
     the fan-outs and the batch size allow, and far below it where the fan-outs overlap in
     the graph. :meth:`fits` says whether a batch can be copied in,
-    :meth:`load` copies it (a few small kernels per layer, no host synchronisation),
-    :meth:`blocks` makes the blocks over the fixed tensors (inside a capture, so that their
-    plans are rebuilt at every replay).
+    :meth:`load` copies it (two copies per layer, no host synchronisation),
+    :meth:`blocks` writes the padding and makes the blocks over the fixed tensors (inside a
+    capture, so that every replay pads the batch loaded before it, from its sizes on the
+    device, and rebuilds the plans).
     """
 
     def __init__(self, fanouts, batch_size, num_nodes, features, labels, seen):
@@ -133,19 +134,15 @@ class PaddedBatch:
                        for c in self.dst_cap]
         self.indices = [torch.empty(e, dtype=torch.int64, device=device)
                         for e in self.edge_cap]
-        # edge slots after the real ones: padding row i ends f * (i + 1) entries later, and
-        # padding edge j comes from source row (real source rows) + j % pad_rows: at most f
-        # edges a source (distinct sources within a row where f <= pad_rows)
-        self._slots = [torch.arange(1, c + 1, device=device) * f
-                       for c, f in zip(self.dst_cap, self.fanouts)]
-        self._sources = [torch.arange(e, device=device) % w
-                         for e, w in zip(self.edge_cap, self.pad_rows)]
+        self._row_ids = [torch.arange(c + 1, device=device) for c in self.dst_cap]
+        self._edge_ids = [torch.arange(e, device=device) for e in self.edge_cap]
+        # per layer: the loaded batch's destination rows, edges and source rows (none: all
+        # padding until a batch is loaded)
+        self._sizes = torch.zeros((len(self.fanouts), 3), dtype=torch.int64, device=device)
         self.features = torch.zeros((self.src_cap[0],) + features.shape[1:],
                                     dtype=features.dtype, device=device)
         self.labels = torch.zeros((self.batch_size,) + labels.shape[1:], dtype=labels.dtype,
                                   device=device)
-        for layer in range(len(self.fanouts)):  # all padding until a batch is loaded
-            self._load_layer(layer, self.indptr[layer][:1], self.indices[layer][:0], 0, 0)
 
     def grown(self, blocks) -> "PaddedBatch":
         """A batch sized for the batches this one was sized for and ``blocks``."""
@@ -171,28 +168,41 @@ class PaddedBatch:
                 and _like(labels, self.labels, self.batch_size))
 
     def load(self, blocks, features, labels):
-        """Copy a batch that :meth:`fits` into the fixed tensors."""
+        """Copy a batch that :meth:`fits` into the fixed tensors (its real rows and edges,
+        and its sizes: :meth:`blocks` writes the padding)."""
+        sizes = []
         for layer, block in enumerate(blocks):
-            self._load_layer(layer, block.plan.indptr, block.plan.indices, block.num_edges(),
-                             block.num_src_nodes())
+            plan = block.plan
+            self.indptr[layer][:plan.num_dst + 1].copy_(plan.indptr)
+            self.indices[layer][:plan.num_edges].copy_(plan.indices)
+            sizes.append((plan.num_dst, plan.num_edges, plan.num_src))
+        # through pinned memory: a copy from pageable memory would wait for the GPU
+        self._sizes.copy_(torch.tensor(sizes, pin_memory=self._sizes.is_cuda),
+                          non_blocking=True)
         self.features[:features.shape[0]].copy_(features)
         self.features[features.shape[0]:].zero_()  # no earlier batch's rows (nor their NaN)
         self.labels.copy_(labels)
 
-    def _load_layer(self, layer, indptr, indices, num_edges, num_src):
-        rows = indptr.numel() - 1
-        fixed_indptr, fixed_indices = self.indptr[layer], self.indices[layer]
-        fixed_indptr[:rows + 1].copy_(indptr)
-        padding = fixed_indptr[rows + 1:]
-        torch.add(self._slots[layer][:padding.numel()], num_edges, out=padding)
-        padding.clamp_(max=self.edge_cap[layer])
-        fixed_indices[:num_edges].copy_(indices)
-        torch.add(self._sources[layer][:self.edge_cap[layer] - num_edges], num_src,
-                  out=fixed_indices[num_edges:])
+    def _pad(self):
+        """Write each layer's padding after the loaded batch's rows and edges: padding row
+        i ends f * (i + 1) edge slots after the real ones, and padding edge j comes from
+        source row (real source rows) + j % pad_rows: at most f edges a source (distinct
+        sources within a row where f <= pad_rows)."""
+        for layer, f in enumerate(self.fanouts):
+            rows, edges, sources = self._sizes[layer]
+            row, edge = self._row_ids[layer], self._edge_ids[layer]
+            indptr, indices = self.indptr[layer], self.indices[layer]
+            torch.where(row <= rows, indptr,
+                        (edges + (row - rows) * f).clamp_(max=self.edge_cap[layer]),
+                        out=indptr)
+            torch.where(edge < edges, indices,
+                        (edge - edges).remainder_(self.pad_rows[layer]).add_(sources),
+                        out=indices)
 
     def blocks(self):
-        """The loaded batch's blocks, fixed sizes (new plans: build them where they are
-        replayed)."""
+        """The loaded batch's blocks, fixed sizes, their padding written (call it where the
+        step is replayed: the padding and the plans are made there)."""
+        self._pad()
         return [SampledBlock(indptr, indices, _nodes(src, indptr.device), dst,
                              max_in_degree=fanout)
                 for indptr, indices, src, dst, fanout in zip(
@@ -218,7 +228,12 @@ class SampledStep:
     eagerly (kernels and lazy state are made), the second is probed and captured as in
     :class:`~dgl_maxk.training.step.FullGraphStep`, later calls replay. Each call reads the
     NaN scans once and raises a NaN with the weights unchanged
-    (:func:`~dgl_maxk.training.step.optimizer_step_checked`). DGL's blocks, fan-outs of
+    (:func:`~dgl_maxk.training.step.optimizer_step_checked`); a replay with a fused
+    optimizer (the trainer's Adam) reads them one call later, so that the host queues the
+    next step while the GPU runs this one: the call after a replay that met a NaN (or
+    :meth:`read_checks`, which ends each of the trainer's epochs) raises it, and the
+    weights are those from before that replay (the optimizer skips on the GPU in both
+    steps). DGL's blocks, fan-outs of
     -1, models with a layer that refuses rows without in-edges
     (``allow_zero_in_degree=False``: padding rows have none), steps off the GPU, with
     ``cuda_graph=False``, or that read a tensor on the host (warned once, then every step)
@@ -260,14 +275,18 @@ class SampledStep:
         # sizing), captured, replayed
         self.padded_steps = self.captures = self.replays = 0
         self._warm = False  # whether a padded step ran eagerly since the last capture
-        self._replay = None  # (CUDA graph, loss, recorded NaN scans)
+        self._replay = None  # (CUDA graph, loss, recorded NaN scans, their flags)
         self._grads = None  # (parameter, its gradient's view of a flat buffer), flat buffers
         self._grads_for = None  # the trained parameters the buffers were made for
+        # the last replay's NaN scans, not read yet: (scans, their flags on the host, the
+        # device's "found one" flag, the event after which the host flags hold them)
+        self._unread = None
 
     def __call__(self, blocks, features, labels) -> torch.Tensor:
         if self.graphed and features.is_cuda and self._fits(blocks, features, labels):
             self.batch.load(blocks, features, labels)
             return self._graphed_step()
+        self.read_checks()  # before a step that reads its own
         if self.data_parallel or (self.graphed and self.batch is not None):
             return self._step(lambda: self._forward_backward(blocks, features, labels, None))
         return train_step(self.model, blocks, features, labels, self.optimizer, **self.options)
@@ -277,6 +296,7 @@ class SampledStep:
         self._bind_grads()  # new buffers (other trained parameters) drop the capture
         if self._replay is not None:
             return self._replayed()
+        self.read_checks()
         if not self._warm:
             self._warm = True
             self.padded_steps += 1
@@ -345,13 +365,15 @@ class SampledStep:
         return self._forward_backward(batch.blocks(), batch.features, batch.labels,
                                       slice(0, batch.batch_size), autocast_cache)
 
-    def _finish(self, pending: list):
-        """The NaN scans ``pending`` recorded, read; the gradients averaged over the
-        processes (data parallel); the optimizer's step (:func:`optimizer_step_checked`)."""
+    def _finish(self, pending: list, flags=None):
+        """The NaN scans ``pending`` recorded (``flags``: stacked by a replay), read; the
+        gradients averaged over the processes (data parallel); the optimizer's step
+        (:func:`optimizer_step_checked`)."""
         if not self.data_parallel:
-            optimizer_step_checked(self.optimizer, pending)
+            optimizer_step_checked(self.optimizer, pending, flags)
             return
-        raise_recorded_checks(pending)  # before this process's gradients reach the others
+        # before this process's gradients reach the others'
+        raise_recorded_flags(pending, recorded_flags(pending) if flags is None else flags)
         for flat in self._grads[1]:  # a sum, then the mean (gloo has no average)
             torch.distributed.all_reduce(flat)
             flat.div_(torch.distributed.get_world_size())
@@ -378,9 +400,45 @@ class SampledStep:
         return loss
 
     def _replayed(self):
-        cuda_graph, loss, pending = self._replay
+        cuda_graph, loss, pending, flags = self._replay
         cuda_graph.replay()
         loss = loss.clone()  # the graph's loss is overwritten by the next replay
-        self._finish(pending)
+        if self.data_parallel or not pending or not skips_on_the_gpu(self.optimizer):
+            self._finish(pending, flags)
+        else:
+            self._step_and_read_the_last(pending, flags)
         self.replays += 1
         return loss
+
+    def _step_and_read_the_last(self, pending: list, flags):
+        """The optimizer's step, skipped on the GPU where this replay's scans or the unread
+        ones of the last replay found a NaN; this replay's flags copied to the host behind
+        it; then the last replay's read (the GPU runs this one meanwhile)."""
+        flags = recorded_flags(pending) if flags is None else flags
+        found = flags[:, 0].gt(0).any()  # a new tensor: the next replay keeps it
+        last = self._unread
+        self.optimizer.found_inf = (found if last is None else found | last[2]).float()
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
+        host.copy_(flags, non_blocking=True)
+        self._unread = (pending, host, found, torch.cuda.current_stream().record_event())
+        if last is not None:
+            _raise_read(last)
+
+    def read_checks(self):
+        """Read the NaN scans of the last replay if they are not read yet (they are read one
+        call later: see the class), and raise the NaN they found; the weights are then
+        those from before that replay."""
+        unread, self._unread = self._unread, None
+        if unread is not None:
+            _raise_read(unread)
+
+
+def _raise_read(unread):
+    """Wait for the copy of a replay's flags to the host, then raise the first NaN."""
+    pending, host, _, copied = unread
+    copied.synchronize()
+    raise_recorded_flags(pending, host)

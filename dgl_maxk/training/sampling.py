@@ -78,7 +78,8 @@ def _iterate(loader):
 
 def train_epoch(step, loader, features, labels, device, max_steps=None, timed=False):
     """One pass over ``loader`` (DGL's or dgl_maxk's), one call of ``step`` (a
-    :class:`~dgl_maxk.training.sampled_step.SampledStep`) per batch.
+    :class:`~dgl_maxk.training.sampled_step.SampledStep`, whose last NaN scans are read at
+    the end) per batch.
 
     ``features``/``labels`` are indexed by node id (on any device; features in pinned host
     memory are read by the GPU directly: :func:`~dgl_maxk.sampling.gather_rows`), unless
@@ -115,6 +116,8 @@ def train_epoch(step, loader, features, labels, device, max_steps=None, timed=Fa
             stats["compute_s"] += t3 - t2
             stats["seeds"] += len(output_nodes)
             stats["steps"] += 1
+        if hasattr(step, "read_checks"):  # a replay's NaN scans are read a call later
+            step.read_checks()
     finally:  # a failed step must not leave the sampler thread holding batches
         if hasattr(iterator, "close"):
             iterator.close()

@@ -71,16 +71,23 @@ def train_step(model, graph, features, labels, optimizer, *, rows=None, multilab
     return loss
 
 
-def optimizer_step_checked(optimizer, pending: list):
+def skips_on_the_gpu(optimizer) -> bool:
+    """Whether ``optimizer`` takes AMP's ``found_inf`` (a fused one) and skips its step on
+    the GPU where it is set."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def optimizer_step_checked(optimizer, pending: list, flags=None):
     """The optimizer's step after a forward and backward whose NaN scans ``pending`` recorded
     (:func:`dgl_maxk.sparse.recorded_checks`): a NaN is raised, with its position, and the
     weights and the optimizer's state stay as they were. A fused optimizer (one that takes
     AMP's ``found_inf``) is queued first, told to skip on the GPU where a scan found a NaN,
     and the scans are read after it, so the host's one wait covers its kernels too (reading
     first left the GPU idle while the host launched them: 0.4 ms of each Reddit-sized epoch
-    on an H200). Other optimizers step after the read."""
-    flags = recorded_flags(pending)
-    if flags is None or not getattr(optimizer, "_step_supports_amp_scaling", False):
+    on an H200). Other optimizers step after the read. ``flags``: the scans' flags where a
+    replay stacked them already (:func:`capture`)."""
+    flags = recorded_flags(pending) if flags is None else flags
+    if flags is None or not skips_on_the_gpu(optimizer):
         raise_recorded_flags(pending, flags)
         optimizer.step()
         return
@@ -143,7 +150,8 @@ class FullGraphStep:
                             precision=precision)
         self.graphed = cuda_graph and _capturable(model, features)
         self._calls = 0
-        self._replay = None  # (CUDA graph, loss, recorded NaN scans, static gradients)
+        # (CUDA graph, loss, recorded NaN scans, their flags, static gradients)
+        self._replay = None
         self._captured_for = None  # what the capture assumed: _trained_parameters()
 
     def __call__(self) -> torch.Tensor:
@@ -155,13 +163,13 @@ class FullGraphStep:
             return self._eager()
         if self._replay is None:
             return self._probe_and_capture()
-        cuda_graph, loss, pending, grads = self._replay
+        cuda_graph, loss, pending, flags, grads = self._replay
         cuda_graph.replay()
         self.model.train()  # the host's part of the step, while the GPU replays
         for p, g in grads:  # replays write these; put back any the caller set to None
             p.grad = g
         loss = loss.clone()  # the graph's loss is overwritten by the next replay
-        optimizer_step_checked(self.optimizer, pending)
+        optimizer_step_checked(self.optimizer, pending, flags)
         return loss
 
     def _eager(self):
@@ -193,11 +201,11 @@ class FullGraphStep:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         stepped = [p.grad for p in params]  # this step's, kept where the graph's will be
         self.optimizer.zero_grad(set_to_none=True)  # the backward makes them in the graph
-        cuda_graph, loss, pending = capture(lambda: self._forward_backward(autocast_cache=False))
+        replay = capture(lambda: self._forward_backward(autocast_cache=False))
         for p, g in zip(params, stepped):
             if p.grad is not None and g is not None:
                 p.grad.copy_(g)
-        self._replay = (cuda_graph, loss, pending, [(p, p.grad) for p in params])
+        self._replay = (*replay, [(p, p.grad) for p in params])
         self._captured_for = self._trained_parameters()
 
 
@@ -230,19 +238,24 @@ def probe(device, step):
 
 
 def capture(step):
-    """(CUDA graph, loss, recorded NaN scans) of ``step()`` captured on a side stream; a
-    failure raises (past :func:`probe`'s check it is not recoverable in this process)."""
+    """(CUDA graph, loss, recorded NaN scans, their flags) of ``step()`` captured on a side
+    stream; a failure raises (past :func:`probe`'s check it is not recoverable in this
+    process). The flags (:func:`~dgl_maxk.sparse.recorded_flags`) are stacked by each replay
+    (no host work per step), or None without scans or where a scan is on the host."""
     cuda_graph = torch.cuda.CUDAGraph()
     try:
         # thread-local: the device sampler's thread goes on synchronising meanwhile
         with recorded_checks() as pending, torch.cuda.graph(
                 cuda_graph, capture_error_mode="thread_local"):
             loss = step()
+            on_device = all(t.is_cuda for _, _, count, first, *_ in pending
+                            for t in (count, first))
+            flags = recorded_flags(pending) if on_device else None
     except Exception as err:  # torch's CUDA generator and allocator stay in capture state
         raise RuntimeError(
             "the training step could not be captured in a CUDA graph; train without capture "
             "(train.cuda_graph / sampling.cuda_graph: false, or cuda_graph=False)") from err
-    return cuda_graph, loss, pending
+    return cuda_graph, loss, pending, flags
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -380,6 +381,39 @@ def phase_group(name: str) -> str:
     return name
 
 
+#: Parts of kernel names that say nothing about the kernel.
+_NAME_NOISE = re.compile(r"void |std::enable_if<!\(false\), void>::type |at::native::|"
+                         r"\(anonymous namespace\)::|at_cuda_detail::cub::detail::|"
+                         r"internal::|cutlass::")
+
+
+def kernel_label(name: str, width: int = 64) -> str:
+    """A kernel's name, template arguments kept (they name torch's functors), without its
+    parameter list or namespaces, cut to ``width`` characters."""
+    name, depth = _NAME_NOISE.sub("", name), 0
+    for i, char in enumerate(name):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "(" and depth == 0 and i:
+            name = name[:i]
+            break
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def longest_kernels(results: list) -> list:
+    """Paragraph and table of the longest kernels of the last variant's graphed step, where
+    the profile lists them."""
+    graphed = [(r["variant"], t) for r in results for t in r["trainer_step"].values()
+               if t["graphed"] and t.get("top_kernels")]
+    if not graphed:
+        return []
+    variant, trace = graphed[-1]
+    rows = [[f"`{kernel_label(k['name'])}`", f"{k['calls_per_step']:.1f}",
+             f"{k['ms_per_step']:.3f}"] for k in trace["top_kernels"][:12]]
+    return [*para(f"The longest kernels of the graphed {variant} step, by name (the "
+                  "sampler's included), per step:"),
+            *table(["kernel", "calls", "ms"], rows)]
+
+
 def profile_section(data: dict) -> list:
     args, results = data["args"], data["results"]
     variants = [r["variant"] for r in results]
@@ -422,7 +456,8 @@ def profile_section(data: dict) -> list:
               "synchronisations per step (the sampler's included), and the GPU's kernel "
               "time per step, with the four largest kinds of kernel."),
         *table(["variant", "step", "ms/step", "seeds/s", "GPU busy", "launches",
-                "synchronisations", "kernel ms", "largest kinds (ms)"], step_rows)]
+                "synchronisations", "kernel ms", "largest kinds (ms)"], step_rows),
+        *longest_kernels(results)]
 
 
 # --------------------------------------------------------------------------- the page

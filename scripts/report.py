@@ -408,7 +408,7 @@ def longest_kernels(results: list) -> list:
         return []
     variant, trace = graphed[-1]
     rows = [[f"`{kernel_label(k['name'])}`", f"{k['calls_per_step']:.1f}",
-             f"{k['ms_per_step']:.3f}"] for k in trace["top_kernels"][:12]]
+             f"{k['ms_per_step']:.3f}"] for k in trace["top_kernels"][:10]]
     return [*para(f"The longest kernels of the graphed {variant} step, by name (the "
                   "sampler's included), per step:"),
             *table(["kernel", "calls", "ms"], rows)]

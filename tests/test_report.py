@@ -75,3 +75,19 @@ def test_every_figure_of_the_readme_results_is_on_the_benchmarks_page():
     assert len(figures) >= 20
     missing = [f for f in figures if f not in page]
     assert not missing, f"README figures not on BENCHMARKS.md: {missing}"
+
+
+@pytest.mark.parametrize("name,label", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+     "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+     "vectorized_elementwise_kernel<4, FillFunctor<float>, std::arr..."),
+    ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long)",
+     "vectorized_gather_kernel<16, long>"),
+    ("maxk_reg", "maxk_reg"),
+    # a parenthesis inside the template arguments is not the parameter list
+    ("void (anonymous namespace)::elementwise_kernel_with_index<int, at::native::arange_cuda"
+     "_out(c10::Scalar const&)::{lambda()#1}>(long, long)",
+     "elementwise_kernel_with_index<int, arange_cuda_out(c10::Scala...")])
+def test_kernel_labels_keep_the_template_and_drop_namespaces_and_parameters(report, name,
+                                                                             label):
+    assert report.kernel_label(name) == label and len(label) <= 64

@@ -27,8 +27,8 @@ import torch
 
 from ..sparse import SampledBlock, raise_recorded_flags, recorded_checks, recorded_flags
 from .distributed import is_distributed
-from .step import (_forward_backward, capture, optimizer_step_checked, probe,
-                   skips_on_the_gpu, train_step, trained_parameters)
+from .step import (_forward_backward, capture, found_nan, optimizer_step_checked, probe,
+                   skips_on_the_gpu, step_skipping, train_step, trained_parameters)
 
 
 def graph_applies(device, sampler: str) -> bool:
@@ -415,13 +415,9 @@ class SampledStep:
         ones of the last replay found a NaN; this replay's flags copied to the host behind
         it; then the last replay's read (the GPU runs this one meanwhile)."""
         flags = recorded_flags(pending) if flags is None else flags
-        found = flags[:, 0].gt(0).any()  # a new tensor: the next replay keeps it
+        found = found_nan(flags)  # a new tensor: the next replay does not overwrite it
         last = self._unread
-        self.optimizer.found_inf = (found if last is None else found | last[2]).float()
-        try:
-            self.optimizer.step()
-        finally:
-            del self.optimizer.found_inf
+        step_skipping(self.optimizer, found if last is None else found | last[2])
         host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
         host.copy_(flags, non_blocking=True)
         self._unread = (pending, host, found, torch.cuda.current_stream().record_event())

@@ -91,12 +91,24 @@ def optimizer_step_checked(optimizer, pending: list, flags=None):
         raise_recorded_flags(pending, flags)
         optimizer.step()
         return
-    optimizer.found_inf = flags[:, 0].gt(0).any().float()
+    step_skipping(optimizer, found_nan(flags))
+    raise_recorded_flags(pending, flags)
+
+
+def found_nan(flags) -> torch.Tensor:
+    """Whether a scan of ``flags`` (:func:`~dgl_maxk.sparse.recorded_flags`) found a NaN: a
+    0-d bool tensor on their device (no synchronisation)."""
+    return flags[:, 0].gt(0).any()
+
+
+def step_skipping(optimizer, skip: torch.Tensor):
+    """``optimizer.step()`` of a fused optimizer (:func:`skips_on_the_gpu`), skipped on the
+    GPU where ``skip`` (0-d, on the parameters' device) is true."""
+    optimizer.found_inf = skip.float()
     try:
         optimizer.step()
     finally:
         del optimizer.found_inf
-    raise_recorded_flags(pending, flags)
 
 
 def _forward_backward(model, graph, features, labels, rows, multilabel, input_dropout,

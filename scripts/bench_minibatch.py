@@ -83,7 +83,8 @@ def build_parser():
     parser.add_argument("--gpus", type=positive_int, nargs="+", default=[1, 2],
                         help="process counts to time (with --device cpu: CPU processes)")
     parser.add_argument("--steps", type=positive_int, default=40,
-                        help="timed steps per process")
+                        help="timed steps per process, at most one pass over the "
+                             "training seeds (the JSON records how many ran)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--breakdown", action="store_true",
                         help="a second pass of --steps steps, synchronising at phase "

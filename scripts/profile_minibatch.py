@@ -85,8 +85,8 @@ KERNEL_KINDS = [
 ]
 
 
-#: Characters of a kernel's name that tell kernels apart in the list of the longest (the
-#: rest of a templated name is its parameters).
+#: Characters of a kernel's name kept in the list of the longest (the rest of a templated
+#: name is mostly its parameters).
 _NAME_CHARS = 120
 
 
@@ -236,7 +236,7 @@ def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed, tr
             launches["synchronisations"] += 1
         if event.device_type == torch.autograd.DeviceType.CUDA and event.device_time > 0:
             kinds[kernel_kind(event.name)] += event.device_time / 1e6
-            kernel = kernels[event.name[:_NAME_CHARS]]
+            kernel = kernels[event.name]
             kernel[0] += 1
             kernel[1] += event.device_time / 1e6
     busy = sum(kinds.values())
@@ -245,7 +245,7 @@ def trace_pass(model, graph, train_idx, feats, labels, device, args, graphed, tr
             "seeds_per_s": stats["seeds"] / wall,
             "per_step": {k: v / steps for k, v in launches.items()},
             "kernel_ms_per_step": {k: 1e3 * v / steps for k, v in sorted(kinds.items())},
-            "top_kernels": [{"name": name, "calls_per_step": calls / steps,
+            "top_kernels": [{"name": name[:_NAME_CHARS], "calls_per_step": calls / steps,
                              "ms_per_step": 1e3 * seconds / steps}
                             for name, (calls, seconds) in longest],
             "gpu_busy": busy / wall, "graphed": step.replays > 0}

@@ -1412,6 +1412,17 @@ def test_device_graph_checks_its_tensors():
         DeviceGraph(torch.zeros(6, dtype=torch.int64), torch.zeros(0), 5)
 
 
+def test_device_graph_of_more_than_2_31_nodes_needs_int64_indices():
+    """int32 holds node ids below 2^31: a larger graph's sources need int64 (the sampler
+    also sorts its seeds' ids in the indices' dtype)."""
+    n = 2 ** 31 + 1
+    indptr = torch.zeros(1, dtype=torch.int64).expand(n + 1)  # no memory
+    with pytest.raises(ValueError, match="int64 for a graph of 2147483649 nodes"):
+        DeviceGraph(indptr, torch.zeros(0, dtype=torch.int32), n)
+    assert DeviceGraph(indptr, torch.zeros(0, dtype=torch.int64), n).num_nodes == n
+    assert DeviceGraph(indptr[:n], torch.zeros(0, dtype=torch.int32), n - 1).num_nodes == n - 1
+
+
 @pytest.mark.parametrize("fanouts", [[2.5], [True, 2], [], [0], [-2]])
 def test_fanouts_must_be_positive_integers_or_minus_one(fanouts):
     with pytest.raises(ValueError, match="positive integers"):

@@ -44,6 +44,9 @@ class DeviceGraph:
         if indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
             raise ValueError(f"indices must be a 1-d int32 or int64 tensor, got {indices.dtype} "
                              f"{tuple(indices.shape)}")
+        if indices.dtype == torch.int32 and num_nodes > 2 ** 31:
+            raise ValueError(f"indices must be int64 for a graph of {num_nodes} nodes (int32 "
+                             "holds node ids below 2^31)")
         if indices.device != indptr.device:
             raise ValueError(f"indptr is on {indptr.device} but indices on {indices.device}")
         if edge_ids is not None and (edge_ids.dtype not in (torch.int32, torch.int64)

@@ -168,8 +168,9 @@ class PaddedBatch:
                 and _like(labels, self.labels, self.batch_size))
 
     def load(self, blocks, features, labels):
-        """Copy a batch that :meth:`fits` into the fixed tensors (its real rows and edges,
-        and its sizes: :meth:`blocks` writes the padding)."""
+        """Copy a batch that :meth:`fits` into the fixed tensors: its real rows and edges
+        (two copies a layer), its sizes (one upload: :meth:`blocks` writes the padding from
+        them), its features and labels; no host synchronisation."""
         sizes = []
         for layer, block in enumerate(blocks):
             plan = block.plan
@@ -403,11 +404,11 @@ class SampledStep:
         cuda_graph, loss, pending, flags = self._replay
         cuda_graph.replay()
         loss = loss.clone()  # the graph's loss is overwritten by the next replay
+        self.replays += 1  # also where the read below raises: this batch was replayed
         if self.data_parallel or not pending or not skips_on_the_gpu(self.optimizer):
             self._finish(pending, flags)
         else:
             self._step_and_read_the_last(pending, flags)
-        self.replays += 1
         return loss
 
     def _step_and_read_the_last(self, pending: list, flags):
@@ -420,7 +421,8 @@ class SampledStep:
         step_skipping(self.optimizer, found if last is None else found | last[2])
         host = torch.empty(flags.shape, dtype=flags.dtype, pin_memory=True)
         host.copy_(flags, non_blocking=True)
-        self._unread = (pending, host, found, torch.cuda.current_stream().record_event())
+        copied = torch.cuda.current_stream(flags.device).record_event()
+        self._unread = (pending, host, found, copied)
         if last is not None:
             _raise_read(last)
 

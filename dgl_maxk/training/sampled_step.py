@@ -407,15 +407,15 @@ class SampledStep:
         self.replays += 1  # also where the read below raises: this batch was replayed
         if self.data_parallel or not pending or not skips_on_the_gpu(self.optimizer):
             self._finish(pending, flags)
-        else:
-            self._step_and_read_the_last(pending, flags)
+        else:  # flags None: a scan on the host, stacked here
+            self._step_and_read_the_last(pending, recorded_flags(pending)
+                                         if flags is None else flags)
         return loss
 
     def _step_and_read_the_last(self, pending: list, flags):
         """The optimizer's step, skipped on the GPU where this replay's scans or the unread
         ones of the last replay found a NaN; this replay's flags copied to the host behind
         it; then the last replay's read (the GPU runs this one meanwhile)."""
-        flags = recorded_flags(pending) if flags is None else flags
         found = found_nan(flags)  # a new tensor: the next replay does not overwrite it
         last = self._unread
         step_skipping(self.optimizer, found if last is None else found | last[2])

@@ -20,8 +20,8 @@ process) the device sampler's full batches replay a CUDA graph over padded block
 "step" says what ran; "scaling vs 1 GPU" compares like steps only. Every variant runs
 under ``--precision`` (default tf32, the paper's setting). An epoch with fewer batches than
 ``--steps`` times all of them (the output says how many). ``--feature-memory host`` keeps the
-features in pinned host memory, each batch's rows read by the GPU directly (the trainer's
-``sampling.features: host``); each row records the peak GPU memory allocated while it ran
+features in pinned host memory, each batch's rows gathered by the CPU and carried over by a
+copy engine (the trainer's ``sampling.features: host``); each row records the peak GPU memory allocated while it ran
 (graph and features included).
 
 The arguments are checked (through the trainer's config checks) before any process starts:
@@ -67,9 +67,9 @@ def build_parser():
                              "papers100m-sized: device)")
     parser.add_argument("--feature-memory", nargs="+", choices=("device", "host"),
                         default=["device"],
-                        help="where the features stay: device, or host (pinned host memory "
-                             "read by the GPU directly, as sampling.features: host); give "
-                             "both to time them side by side")
+                        help="where the features stay: device, or host (pinned host memory, "
+                             "as sampling.features: host); give both to time them side by "
+                             "side")
     parser.add_argument("--prefetch", type=int, default=None,
                         help="the device sampler's producer threads, each sampling a batch "
                              "ahead (default: the trainer's, 2 on a GPU, 0 on a CPU)")
@@ -152,7 +152,7 @@ def build_data(args, device):
 
 def placed_features(features, memory, device):
     """The features padded for lin_in as the trainer pads them, on ``device``, or with
-    ``memory`` 'host' in pinned host memory (the GPU reads each batch's rows directly)."""
+    ``memory`` 'host' in pinned host memory (the loader carries each batch's rows over)."""
     if memory == "device":
         return aligned_features(features.to(device))
     rows = aligned_features(features)

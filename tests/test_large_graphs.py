@@ -21,7 +21,7 @@ from dgl_maxk.data.device_graphs import canonical_rows, csr_from_edges
 from dgl_maxk.data.papers import RULE_WIDTH, planted_labels
 from dgl_maxk.models import build_model
 from dgl_maxk.sampling import (DeviceGraph, NeighborLoader, NeighborSampler, gather_rows,
-                               pinned)
+                               pinned, staged_rows)
 from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import block_indptr, sample_block
 from dgl_maxk.training import ConfigError, validate_config
@@ -285,6 +285,19 @@ def test_a_loader_given_features_hands_each_batch_its_rows(prefetch):
         assert torch.equal(rows, features[nodes])
 
 
+def test_staged_rows_are_index_select_and_refuse_what_they_cannot_read():
+    table = torch.randn(int(torch.randint(50, 90, ())), 6)
+    index = torch.randint(0, table.shape[0], (int(torch.randint(0, 200, ())),))
+    assert torch.equal(staged_rows(table, index), table[index])
+    assert staged_rows(table, index[:0]).shape == (0, 6)
+    with pytest.raises(IndexError):
+        staged_rows(table, torch.tensor([table.shape[0]]))
+    with pytest.raises(ValueError, match="index must be a 1-d tensor of integer row ids"):
+        staged_rows(table, torch.tensor([0.0]))
+    with pytest.raises(ValueError, match="table is on meta, but its rows go to cpu"):
+        staged_rows(table.to("meta"), torch.tensor([1]))
+
+
 # --------------------------------------------------------------------------- inference
 
 
@@ -439,6 +452,41 @@ def test_gather_rows_on_the_gpu_reads_every_row_from_either_memory(storage):
         stored = pinned(table) if storage == "host" else table.cuda()
         index = torch.randint(0, shape[0], (count,), device="cuda")
         assert torch.equal(gather_rows(stored, index).cpu(), table[index.cpu()])
+
+
+@CUDA
+@pytest.mark.parametrize("pin", [True, False])
+def test_staged_rows_bring_host_rows_to_the_gpu_bit_for_bit(pin):
+    """Rows of 1 to 130 4-byte words and of an odd byte count, ids with repeats and none, from
+    pinned or pageable host memory: the rows of index_select, on the index's GPU."""
+    count = int(torch.randint(20_000, 40_000, ()))
+    for shape, dtype in (((5000, 1), torch.float32), ((5000, 130), torch.float32),
+                         ((5000, 3), torch.float16), ((5000, 7), torch.uint8)):
+        table = (torch.randint(0, 100, shape).to(dtype) if dtype == torch.uint8
+                 else torch.randn(shape).to(dtype))
+        stored = pinned(table) if pin else table
+        for n in (count, 0):
+            index = torch.randint(0, shape[0], (n,), device="cuda")
+            rows = staged_rows(stored, index)
+            assert rows.device == index.device
+            assert torch.equal(rows.cpu(), table[index.cpu()])
+
+
+@CUDA
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_gpu_loader_given_host_features_hands_each_batch_its_rows(prefetch):
+    """Features in host memory reach each batch by staged_rows (a copy engine): the rows of
+    the batch's input nodes, whichever thread sampled it."""
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(4000, 40000), "cuda")
+    features = pinned(torch.randn(4000, 9))
+    loader = NeighborLoader(graph, torch.arange(1500), NeighborSampler([5, 4]), 128, seed=5,
+                            prefetch=prefetch, features=features)
+    batches = 0
+    for nodes, _, _, rows in loader:
+        assert rows.device.type == "cuda"
+        assert torch.equal(rows.cpu(), features[nodes.cpu()])
+        batches += 1
+    assert batches == len(loader) == 12
 
 
 @CUDA

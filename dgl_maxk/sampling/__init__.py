@@ -7,10 +7,12 @@ a CSR (:class:`DeviceGraph`), :class:`NeighborSampler` draws DGL's uniform sampl
 replacement with torch on that device and returns :class:`~dgl_maxk.sparse.SampledBlock`
 objects whose plans come with them, and :class:`NeighborLoader` samples batches ahead of the
 training step on its own thread and CUDA stream. :func:`gather_rows` gives a batch its feature
-rows, also from features kept in pinned host memory, which the GPU reads directly.
+rows, also from features kept in pinned host memory, which the GPU reads directly;
+:func:`staged_rows` carries host rows over by a copy engine instead (the loader's way).
 """
 from .loader import NeighborLoader
-from .rows import gather_rows, pinned
+from .rows import gather_rows, pinned, staged_rows
 from .sampler import DeviceGraph, NeighborSampler
 
-__all__ = ["DeviceGraph", "NeighborSampler", "NeighborLoader", "gather_rows", "pinned"]
+__all__ = ["DeviceGraph", "NeighborSampler", "NeighborLoader", "gather_rows", "pinned",
+           "staged_rows"]

@@ -5,8 +5,8 @@ over the seed nodes per iteration, shuffled from its ``seed``, this process's sh
 under data parallelism, and each batch sampled ahead by a producer thread on its own CUDA
 stream while the steps before it compute (``prefetch`` threads, sampling at the same time,
 each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature rows
-when given a feature table (gathered there too: from pinned host memory, the bus's time then
-overlaps the step's). The batches and their order depend only on ``seed``, the pass number,
+when given a feature table (gathered there too; rows in host memory cross the bus on a copy
+engine, so that the bus's time overlaps the step's and the step keeps the SMs). The batches and their order depend only on ``seed``, the pass number,
 the rank and the number of processes, not on ``prefetch`` or timing.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import torch
 
 from ..sparse import input_checks
-from .rows import check_table, gather_rows
+from .rows import check_table, gather_rows, staged_rows
 from .sampler import DeviceGraph, NeighborSampler, check_device_graph, check_seeds
 
 #: The name of the thread that samples ahead (a step watching its own synchronisations
@@ -74,9 +74,10 @@ class NeighborLoader:
         step 1.25x one thread's seeds per second, a third adds 1%), 0 on a CPU (where a
         producer thread would take the step's cores)
     features : Tensor, optional
-        Every node's input rows, on the graph's device or in pinned host memory
-        (:func:`~dgl_maxk.sampling.gather_rows`): each batch then carries its input nodes'
-        rows, gathered where and when it is sampled
+        Every node's input rows, on the graph's device or in host memory: each batch then
+        carries its input nodes' rows, gathered where and when it is sampled
+        (:func:`~dgl_maxk.sampling.gather_rows`; from host memory to a GPU
+        :func:`~dgl_maxk.sampling.staged_rows`: the CPU gathers, a copy engine carries)
     """
 
     def __init__(self, graph: DeviceGraph, seeds, sampler: NeighborSampler, batch_size, *,
@@ -106,6 +107,8 @@ class NeighborLoader:
         self.seed, self.rank, self.world_size = int(seed), rank, world_size
         self.prefetch = int(prefetch)
         self.features = features
+        self._gather = (staged_rows if features is not None and features.device.type == "cpu"
+                        and graph.device.type == "cuda" else gather_rows)
         self.passes = 0
 
     def _share(self, pass_seed: int) -> torch.Tensor:
@@ -134,7 +137,7 @@ class NeighborLoader:
         with input_checks(False):  # the seeds and features were checked at construction
             batch = self.sampler.sample(self.graph, seeds, generator)
             if self.features is not None:
-                batch = (*batch, gather_rows(self.features, batch[0]))
+                batch = (*batch, self._gather(self.features, batch[0]))
         return batch
 
     def __iter__(self):

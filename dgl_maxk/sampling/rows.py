@@ -1,5 +1,7 @@
 """Feature rows of sampled nodes on the training device, from features in its memory or, for
-features larger than it, in pinned host memory that the GPU reads directly (UVA)."""
+features larger than it, in host memory: read by the GPU directly from pinned memory (UVA,
+:func:`gather_rows`), or gathered by the CPU and carried over by a copy engine
+(:func:`staged_rows`, what the loader does)."""
 from __future__ import annotations
 
 import torch
@@ -37,6 +39,41 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
             raise ValueError(f"row ids must be in [0, {table.shape[0]}), got ids from {low} "
                              f"to {high}")
     return library.gather_rows(table, index.to(torch.int64))
+
+
+def staged_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` on the index's device for a ``table`` in host memory (pinned or not),
+    carried over the bus by a copy engine: the ids come to the host (the current stream
+    synchronises), the CPU gathers the rows into pinned memory (torch's intra-op threads),
+    and one asynchronous copy on the current stream moves them.
+
+    Why: the GPU's own reads of host memory (:func:`gather_rows`) keep its SMs waiting on the
+    bus, so the training step's kernels wait for them; a copy engine leaves the SMs to the
+    step (measured on an H200, docs/performance.md). The rows are those of ``gather_rows``,
+    bit for bit.
+
+    Parameters
+    ----------
+    table : Tensor (N, ...), in host memory
+    index : Tensor (M,), integers
+        Row ids in ``[0, N)`` (torch checks them on the host), on any device
+
+    Example
+    -------
+    >>> features = torch.randn(1000, 16)
+    >>> staged_rows(features, torch.tensor([3, 1])).shape
+    torch.Size([2, 16])
+    """
+    check_rows(table, index)
+    if table.device.type != "cpu":
+        raise ValueError(f"staged_rows takes a table in host memory, got one on {table.device}")
+    ids = index.to("cpu", torch.int64)
+    if index.device.type == "cpu":
+        return torch.index_select(table, 0, ids)
+    rows = torch.empty((ids.numel(),) + table.shape[1:], dtype=table.dtype, pin_memory=True)
+    torch.index_select(table, 0, ids, out=rows)
+    # torch's host allocator keeps the pinned rows until the copy has read them
+    return rows.to(index.device, non_blocking=True)
 
 
 def check_rows(table, index) -> None:

@@ -165,8 +165,9 @@ class SamplingConfig(_Section):
                             "throughput, MaxK and ReLU (docs/performance.md)")
     features: Literal["device", "host"] = Field(
         "device", description="where the input features stay: device (its memory) or host "
-                              "(pinned host memory, each batch's rows read by the GPU "
-                              "directly: features larger than the GPU's memory)")
+                              "(host memory, each batch's rows gathered by the CPU and "
+                              "carried over by a copy engine: features larger than the "
+                              "GPU's memory)")
     inference: Literal["auto", "graph", "layerwise"] = Field(
         "auto", description="evaluation: graph (one forward over the whole graph), "
                             "layerwise (a layer at a time over batches of nodes with all "

@@ -392,6 +392,18 @@ def sddmm(indptr: Tensor, indices: Tensor, num_src: int, norm: str, grad_y: Tens
 
 # --------------------------------------------------------------------------- rows
 
+def _nan_counters_fake(x):
+    return x.new_empty(2, dtype=torch.int64)
+
+
+@operator("nan_counters", _nan_counters_fake)
+def nan_counters(x: Tensor) -> Tensor:
+    """[NaN count, numel - flat position of the first NaN] of ``x`` (both 0 without NaN),
+    int64 on its device, read by :func:`dgl_maxk.sparse.check_nan_counters`: one pass of a
+    kernel on GPUs."""
+    return backends.for_tensor(x).nan_counters(x)
+
+
 def _gather_rows_fake(table, index):
     return table.new_empty((index.shape[0], *table.shape[1:]), device=index.device)
 

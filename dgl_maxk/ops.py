@@ -171,6 +171,17 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None,
     return library.layer_norm(x, weight, bias, eps)[0]
 
 
+def check_dense_features(name: str, x, nan: bool = True):
+    """:func:`~dgl_maxk.sparse.check_features` (``nan``: with the NaN scan), whose NaN scan
+    of a GPU tensor is one pass of a kernel (:func:`dgl_maxk.library.nan_counters`; torch's
+    takes three on a large tensor: the mask, its count, its first position). The same
+    errors, recorded alike inside :func:`~dgl_maxk.deferred_checks`."""
+    on_gpu = isinstance(x, torch.Tensor) and x.is_cuda and not tracing()
+    check_features(name, x, nan=nan and not on_gpu)
+    if nan and on_gpu and checks_enabled():
+        check_nan_counters(name, x.shape, library.nan_counters(x))
+
+
 def check_edge_weight(edge_weight, num_edges: int, device):
     """Raise a DGLError or ValueError naming the problem unless ``edge_weight`` is None or
     one finite float per edge, shaped (E,) or (E, 1), on the CPU or on the features'

@@ -97,6 +97,10 @@ def check_cases(device):
         yield dgl_ops.check_nan, (torch.zeros(2, dtype=torch.int64, device=device), "x",
                                   [5, 3], from_end, finite)
     yield dgl_ops.check_cbsr_pattern, (random_cbsr(5, 8, 3, device)[1], 8)
+    x = torch.randn(6, 10, device=device)
+    x[torch.randint(0, 6, (3,)), torch.randint(0, 10, (3,))] = float("nan")
+    for scanned in (x, x[:0], x.half(), x.t()):
+        yield dgl_ops.nan_counters, (scanned,)
 
 
 def row_cases(device):

@@ -719,6 +719,68 @@ def test_gather_rows_reads_pinned_host_rows_from_the_gpu(dtype, shape):
     assert cuda.gather_rows(table.pin_memory(), index[:0]).shape == (0,) + shape
 
 
+def with_nan(x, count):
+    """``x`` with ``count`` NaN at random flat positions (repeats allowed), and infinities,
+    which are not NaN, elsewhere."""
+    flat = x.view(-1)
+    if flat.numel():
+        flat[torch.randint(0, flat.numel(), (3,), device=x.device)] = float("inf")
+        flat[torch.randint(0, flat.numel(), (count,), device=x.device)] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_nan_counters_are_the_reference_in_one_read(dtype):
+    """Count and first position of NaN, as the reference's: tensors of whole 16-byte words
+    and of odd sizes, views starting off a word boundary, one large enough that each thread
+    strides several times, none, one or many NaN (the first and last elements included),
+    every element NaN, none at all."""
+    seed = fresh_seed()
+    n = int(torch.randint(1, 3000, ()))
+    cases = [torch.randn(n, 256, device=DEV, dtype=dtype), torch.randn(7, 13, device=DEV,
+             dtype=dtype), torch.randn(n * 64 + 1, device=DEV, dtype=dtype)[1:],
+             torch.randn(n * 64 + 3, device=DEV, dtype=dtype)[3:-2],
+             torch.randn(900_000, 33, device=DEV, dtype=dtype)]
+    for x in cases:
+        for count in (0, 1, int(torch.randint(2, 500, ()))):
+            scanned = with_nan(x.clone(), count)
+            want = reference.nan_counters(scanned)
+            assert torch.equal(cuda.nan_counters(scanned), want), (seed, x.shape, count)
+        edges = x.clone()
+        edges.view(-1)[0], edges.view(-1)[-1] = float("nan"), float("nan")
+        assert cuda.nan_counters(edges).tolist() == [2, x.numel()], seed
+        edges.view(-1)[0] = 1.0
+        assert cuda.nan_counters(edges).tolist() == [1, 1], seed
+        assert cuda.nan_counters(torch.full_like(x, float("nan"))).tolist() == [x.numel()] * 2
+    assert cuda.nan_counters(torch.empty(0, 5, device=DEV, dtype=dtype)).tolist() == [0, 0]
+
+
+def test_a_layer_names_the_first_nan_of_its_gpu_input_as_on_the_cpu():
+    """The layers' NaN check of dense GPU input (the kernel's one read): the CPU's error,
+    eagerly and inside deferred_checks, on the same block (all in-edges of 120 nodes)."""
+    import dgl
+    from dgl_maxk import deferred_checks
+    from dgl_maxk.nn import SAGEConv
+    from dgl_maxk.sampling import DeviceGraph
+    from dgl_maxk.sampling.sampler import sample_block
+    seed = fresh_seed()
+    g = dgl.rand_graph(300, 2000)
+    block = sample_block(DeviceGraph.from_dgl(g, "cpu"), torch.arange(120), -1)
+    x = with_nan(torch.randn(block.num_src_nodes(), 16), int(torch.randint(1, 40, ())))
+    conv = SAGEConv(16, 8, "mean")
+    with pytest.raises(ValueError) as on_cpu:
+        conv(block, x)
+    block = sample_block(DeviceGraph.from_dgl(g, DEV), torch.arange(120, device=DEV), -1)
+    conv, x = conv.to(DEV), x.to(DEV)
+    with pytest.raises(ValueError) as on_gpu:
+        conv(block, x)
+    assert "NaN" in str(on_cpu.value) and str(on_gpu.value) == str(on_cpu.value), seed
+    with pytest.raises(ValueError) as deferred:
+        with deferred_checks():
+            conv(block, x)
+    assert str(deferred.value) == str(on_cpu.value), seed
+
+
 # --------------------------------------------------------------------------------------------
 # torch.library / torch.compile
 # --------------------------------------------------------------------------------------------

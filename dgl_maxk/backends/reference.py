@@ -100,6 +100,14 @@ def _add_nan_stats(nan_stats, h):
     nan_stats[1] = torch.maximum(nan_stats[1], from_end)
 
 
+def nan_counters(x: torch.Tensor) -> torch.Tensor:
+    """[NaN count, numel - flat position of the first NaN] of ``x`` (both 0 without NaN),
+    int64 on its device: the counters of :func:`maxk_cbsr`'s ``nan_stats`` for any tensor."""
+    counters = torch.zeros(2, dtype=torch.int64, device=x.device)
+    _add_nan_stats(counters, x)
+    return counters
+
+
 def _sparse_adjacency(indptr, indices, values, shape):
     # The plan's CSR is valid by construction: skip torch's invariant checks (and their
     # warning about skipping them) and its beta-state notice.

@@ -5,9 +5,8 @@ import torch
 
 from .. import patch
 from .._dgl import DGLError
-from ..ops import check_edge_weight, maxk_checked
-from ..sparse import (CBSR, MAX_WIDTH, SampledBlock, check_features, check_graph, check_k,
-                      graph_plan)
+from ..ops import check_dense_features, check_edge_weight, maxk_checked
+from ..sparse import CBSR, MAX_WIDTH, SampledBlock, check_graph, check_k, graph_plan
 
 
 class GraphInputError(DGLError, ValueError):
@@ -79,10 +78,10 @@ def _slice_rows(x, n):
 
 def _check_one(name, x, width, nan=True):
     if isinstance(x, CBSR):
-        check_features(name, x.values, nan=nan)
+        check_dense_features(name, x.values, nan=nan)
         d = x.d
     else:
-        check_features(name, x, nan=nan)
+        check_dense_features(name, x, nan=nan)
         if x.dim() < 2:
             raise ValueError(f"{name} must have shape (N, {width or 'D'}), got {tuple(x.shape)}")
         d = x.shape[-1]

@@ -20,6 +20,7 @@ Precision and determinism:
 * ``cbsr_sddmm``: no atomics, bit-deterministic.
 * ``sample_neighbors``: exact, deterministic (integer work on the reference's draws).
 * ``gather_rows``: exact (raw bytes copied); reads rows of pinned host memory directly.
+* ``nan_counters``: exact (integer counts; the first position is a maximum).
 * float64 inputs are not run by the kernels: these functions fall back to the reference for
   them (same results, pure torch on the GPU).
 """
@@ -35,7 +36,7 @@ from .runtime import available
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_gather", "cbsr_spgemm", "cbsr_sspmm",
            "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
            "layer_norm_backward_cbsr",
-           "sample_neighbors", "gather_rows", "launch"]
+           "sample_neighbors", "gather_rows", "nan_counters", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -202,6 +203,14 @@ def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: in
                                           draws)
     return kernels.sample_neighbors(graph_indptr, dst.contiguous(), block_indptr, draws,
                                     num_edges, fanout)
+
+
+def nan_counters(x):
+    """The reference's NaN counters, in one read of ``x`` (contiguous fp32, fp16 or bf16;
+    other tensors go to the reference)."""
+    if x.dtype not in KERNEL_DTYPES or not x.is_contiguous():
+        return reference.nan_counters(x)
+    return kernels.nan_counters(x)
 
 
 def gather_rows(table, index):

@@ -270,3 +270,19 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
            (np.uint64(source), ptr(index), ptr(out), i64(n), i64(row_bytes // word)), 0,
            index.device)
     return out
+
+
+def nan_counters(x: torch.Tensor) -> torch.Tensor:
+    """[NaN count, numel - flat position of the first NaN] of ``x`` (contiguous fp32, fp16
+    or bf16, on the GPU) as uint64 counters in an int64 tensor: one read of ``x``."""
+    counters = torch.zeros(2, dtype=torch.int64, device=x.device)
+    if x.numel() == 0:
+        return counters
+    defines, warps = heuristics.nan_counters_config(x)
+    kern = kernel("nan_counters", "nan_counters", defines, x.device.index)
+    words = x.numel() * x.element_size() // defines["WORD_BYTES"]
+    blocks = grid(kern, warps, 0, -(-words // (32 * defines["UNROLL"])), True,
+                  x.device.index)
+    launch(kern, blocks, warps * 32, (ptr(x), i64(words), i64(x.numel()), ptr(counters)), 0,
+           x.device)
+    return counters

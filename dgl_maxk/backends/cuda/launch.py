@@ -28,6 +28,7 @@ DEFAULTS = {
     "sample_neighbors": {"max_fanout": 64, "threads": 256},
     "dense_rows": {"warps": 8},
     "gather_rows": {"warps": 8},
+    "nan_counters": {"warps": 8, "unroll": 4},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
@@ -38,7 +39,8 @@ _OPTIONS = {"cbsr_spgemm": {"qv", "persist", "minb", "u", "banked", "banked_max_
                            "prefetch"},
             "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},
             "sample_neighbors": {"max_fanout", "threads"},
-            "dense_rows": {"warps"}, "gather_rows": {"warps"}}
+            "dense_rows": {"warps"}, "gather_rows": {"warps"},
+            "nan_counters": {"warps", "unroll"}}
 
 #: The overrides in effect (the stack's top), seen by every thread: autograd runs a CUDA
 #: backward on its own thread, which a context variable's value would not reach.
@@ -342,6 +344,17 @@ def sample_config():
     pick list a thread holds (larger fan-outs go to the reference)."""
     return ({"MAX_FANOUT": option("sample_neighbors", "max_fanout")},
             option("sample_neighbors", "threads"))
+
+
+def nan_counters_config(x: torch.Tensor):
+    """(defines, warps per block) of the NaN scan: each thread loads the widest word (16
+    bytes down to one element) that divides the tensor's address and size."""
+    size = x.numel() * x.element_size()
+    word = next(w for w in (16, 8, 4, 2) if size % w == 0 and _aligned(x, w))
+    warps = option("nan_counters", "warps")
+    return ({"WORD_BYTES": word, "ELEM_BYTES": x.element_size(),
+             "IS_BF16": int(x.dtype == torch.bfloat16), "WARPS": warps,
+             "UNROLL": option("nan_counters", "unroll")}, warps)
 
 
 def gather_rows_config(row_bytes: int, *tensors):

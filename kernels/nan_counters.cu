@@ -1,0 +1,112 @@
+// The NaN check of a dense tensor in one read: its NaN count is added to counters[0] and
+// counters[1] is raised to numel - (flat position of its first NaN), the format of
+// maxk_cbsr.cu's nan_stats (two zeroed unsigned 64-bit counters; no NaN leaves both 0).
+// torch's scan takes three passes (the mask, its count, its first position), each as long
+// as this kernel on a large tensor.
+//
+// Threads stride over the tensor a word at a time (UNROLL words in flight each); a warp
+// that holds a NaN reduces its count and lowest position, and its lane 0 adds them.
+//
+// Compile-time constants (-D):
+//   WORD_BYTES bytes each thread loads at a time (16, 8, 4 or 2: the widest that divides
+//              the tensor's address and size)
+//   ELEM_BYTES 4 (fp32) or 2 (fp16 / bf16)
+//   IS_BF16    1 for bf16 (its exponent field is fp32's), else 0
+//   WARPS      warps per block
+//   UNROLL     words each thread loads before it tests them
+
+#ifndef WORD_BYTES
+#define WORD_BYTES 16
+#endif
+#ifndef ELEM_BYTES
+#define ELEM_BYTES 4
+#endif
+#ifndef IS_BF16
+#define IS_BF16 0
+#endif
+#ifndef WARPS
+#define WARPS 8
+#endif
+#ifndef UNROLL
+#define UNROLL 4
+#endif
+#define PER_WORD (WORD_BYTES / ELEM_BYTES)
+
+#include "cbsr_types.cuh"
+
+#if WORD_BYTES == 16
+typedef uint4 word_t;
+#elif WORD_BYTES == 8
+typedef uint2 word_t;
+#elif WORD_BYTES == 4
+typedef unsigned int word_t;
+#else
+typedef unsigned short word_t;
+#endif
+
+// A word's bits as 32-bit parts (the low half first for 2-byte words).
+__device__ __forceinline__ void parts_of(const word_t& v, unsigned int (&p)[4]) {
+#if WORD_BYTES == 16
+    p[0] = v.x; p[1] = v.y; p[2] = v.z; p[3] = v.w;
+#elif WORD_BYTES == 8
+    p[0] = v.x; p[1] = v.y;
+#else
+    p[0] = (unsigned int)v;
+#endif
+}
+
+__device__ __forceinline__ bool is_nan(unsigned int bits) {
+#if ELEM_BYTES == 4
+    return (bits & 0x7fffffffu) > 0x7f800000u;
+#elif IS_BF16
+    return (bits & 0x7fffu) > 0x7f80u;
+#else
+    return (bits & 0x7fffu) > 0x7c00u;
+#endif
+}
+
+// NaN among word w's elements (flat positions w * PER_WORD + e): count and the lowest
+// position.
+__device__ __forceinline__ void scan_word(const word_t& v, long long w, unsigned int& count,
+                                          long long& first) {
+    unsigned int parts[4];
+    parts_of(v, parts);
+#pragma unroll
+    for (int e = 0; e < PER_WORD; ++e) {
+#if ELEM_BYTES == 4
+        const unsigned int bits = parts[e];
+#else
+        const unsigned int bits = (e & 1) ? parts[e >> 1] >> 16 : parts[e >> 1] & 0xffffu;
+#endif
+        if (is_nan(bits)) {
+            ++count;
+            first = min(first, w * PER_WORD + e);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+nan_counters(const word_t* __restrict__ x, long long num_words, long long numel,
+             unsigned long long* __restrict__ counters) {
+    unsigned int count = 0;
+    long long first = numel;
+    const long long stride = (long long)gridDim.x * WARPS * 32;
+    for (long long w0 = (long long)blockIdx.x * WARPS * 32 + threadIdx.x; w0 < num_words;
+         w0 += stride * UNROLL) {
+        word_t v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)  // past the end: zero bits, not NaN
+            v[u] = w0 + u * stride < num_words ? x[w0 + u * stride] : word_t{};
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) scan_word(v[u], w0 + u * stride, count, first);
+    }
+    if (!__any_sync(FULL_MASK, count)) return;
+    for (int o = 16; o > 0; o >>= 1) {
+        count += __shfl_xor_sync(FULL_MASK, count, o);
+        first = min(first, __shfl_xor_sync(FULL_MASK, first, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicAdd(counters, (unsigned long long)count);
+        atomicMax(counters + 1, (unsigned long long)(numel - first));
+    }
+}

@@ -1,32 +1,80 @@
-// Neighbour sampling: the sampled in-edges of each destination row of a block, as positions
-// in the graph's in-edge CSR, written at the row's offset of the block's CSR (the caller
-// gathers the source nodes, and the edge ids, at those positions).
+// Neighbour sampling: the sampled in-edges of each destination row of a block, written at
+// the row's offset of the block's CSR as their source nodes and (optionally) their edge ids,
+// read from the graph's in-edge CSR at the picked positions.
 //
-// One thread per row. A row of in-degree <= fanout (or fanout < 0: all neighbours) takes its
-// in-edges in order; a larger row keeps a uniform random fanout-subset by Floyd's algorithm
-// over its fanout draws u_j in [0, 1): step j picks t = floor(u_j * (top + 1)),
-// top = degree - fanout + j, and keeps top instead when t was picked before. The same
-// arithmetic as dgl_maxk.backends.reference.sample_neighbors, so both give the same block.
+// block_degrees: each row's entry count in the block, min(in-degree, fanout) (all for
+// fanout < 0), whose prefix sum the caller makes the block's row pointers.
 //
-// Compile-time constant (-D): MAX_FANOUT, the largest fanout the per-thread pick list holds.
+// sample_edges: one thread per row. A row of in-degree <= fanout (or fanout < 0: all
+// neighbours) takes its in-edges in order; a larger row keeps a uniform random
+// fanout-subset by Floyd's algorithm over its fanout draws u_j in [0, 1): step j picks
+// t = floor(u_j * (top + 1)), top = degree - fanout + j, and keeps top instead when t was
+// picked before. The same arithmetic as dgl_maxk.backends.reference.sample_neighbors, so
+// both give the same block.
+//
+// Compile-time constants (-D): MAX_FANOUT, the largest fanout the per-thread pick list
+// holds; SRC_BYTES 4 or 8, the graph's source ids (int32 or int64); EID_BYTES 0 (no edge
+// ids), 4 or 8, the graph's edge ids (written as int64).
 
 #ifndef MAX_FANOUT
 #define MAX_FANOUT 64
 #endif
+#ifndef SRC_BYTES
+#define SRC_BYTES 4
+#endif
+#ifndef EID_BYTES
+#define EID_BYTES 0
+#endif
 
-extern "C" __global__ void sample_neighbors(
+#if SRC_BYTES == 4
+typedef int src_t;
+#else
+typedef long long src_t;
+#endif
+#if EID_BYTES == 8
+typedef long long eid_t;
+#else
+typedef int eid_t;
+#endif
+
+extern "C" __global__ void block_degrees(
     const long long* __restrict__ graph_indptr, const long long* __restrict__ dst,
-    const long long* __restrict__ block_indptr, const double* __restrict__ draws,
     long long* __restrict__ out, long long n, int fanout)
+{
+    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    long long node = dst[r];
+    long long degree = graph_indptr[node + 1] - graph_indptr[node];
+    out[r] = fanout < 0 || degree <= fanout ? degree : fanout;
+}
+
+// The in-edge at graph position `pos` as the block's entry `slot`.
+__device__ __forceinline__ void emit(const src_t* __restrict__ graph_indices,
+                                     const eid_t* __restrict__ graph_eids,
+                                     src_t* __restrict__ out_src,
+                                     long long* __restrict__ out_eid, long long slot,
+                                     long long pos) {
+    out_src[slot] = graph_indices[pos];
+#if EID_BYTES
+    out_eid[slot] = (long long)graph_eids[pos];
+#endif
+}
+
+extern "C" __global__ void sample_edges(
+    const long long* __restrict__ graph_indptr, const src_t* __restrict__ graph_indices,
+    const eid_t* __restrict__ graph_eids, const long long* __restrict__ dst,
+    const long long* __restrict__ block_indptr, const double* __restrict__ draws,
+    src_t* __restrict__ out_src, long long* __restrict__ out_eid, long long n, int fanout)
 {
     long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (r >= n) return;
     long long node = dst[r];
     long long start = graph_indptr[node];
     long long degree = graph_indptr[node + 1] - start;
-    long long* row_out = out + block_indptr[r];
+    long long row_start = block_indptr[r];
     if (fanout < 0 || degree <= fanout) {
-        for (long long i = 0; i < degree; ++i) row_out[i] = start + i;
+        for (long long i = 0; i < degree; ++i)
+            emit(graph_indices, graph_eids, out_src, out_eid, row_start + i, start + i);
         return;
     }
     long long picked[MAX_FANOUT];
@@ -39,6 +87,6 @@ extern "C" __global__ void sample_neighbors(
             if (picked[i] == t) { t = top; break; }
         }
         picked[j] = t;
-        row_out[j] = start + t;
+        emit(graph_indices, graph_eids, out_src, out_eid, row_start + j, start + t);
     }
 }

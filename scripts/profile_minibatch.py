@@ -73,7 +73,7 @@ from dgl_maxk.training.step import loss_fn, make_optimizer  # noqa: E402
 
 #: kinds of GPU kernel, by name (first match wins)
 KERNEL_KINDS = [
-    ("sampling picks", r"sample_neighbors|uniform|philox|rand"),
+    ("sampling picks", r"sample_edges|block_degrees|uniform|philox|rand"),
     ("sort / unique", r"radix|sort|unique|scan|cub::"),
     ("CBSR aggregation", r"cbsr_|spgemm|sspmm|sddmm|dense_rows"),
     ("MaxK top-k", r"maxk"),

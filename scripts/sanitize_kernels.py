@@ -109,6 +109,7 @@ def check_kernels() -> int:
             bad += check_graph_kernels(group_size, dev)
     bad += check_sampler(dev)
     bad += check_gather_rows(dev)
+    bad += check_nan_counters(dev)
     torch.cuda.synchronize()
     print("all ok" if bad == 0 else f"{bad} case(s) off")
     return 1 if bad else 0
@@ -174,14 +175,17 @@ def check_sampler(dev) -> int:
     indptr = torch.zeros(deg.numel() + 1, dtype=torch.int64)
     torch.cumsum(deg, 0, out=indptr[1:])
     dst = torch.tensor([3, 0, 1, 2, 7, 8, 4], device=dev)
+    sources = torch.randint(0, 9, (int(indptr[-1]),), dtype=torch.int32, device=dev)
+    edge_ids = torch.randperm(sources.numel(), device=dev)
     for fanout in (-1, 1, 5):
         rows, num_edges = block_indptr(indptr.to(dev), dst, fanout)
         draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=dev)
                  if fanout > 0 else None)
-        args = (indptr.to(dev), dst, rows, num_edges, fanout, draws)
-        ok = torch.equal(cuda.sample_neighbors(*args), reference.sample_neighbors(*args))
+        args = (indptr.to(dev), sources, edge_ids, dst, rows, num_edges, fanout, draws)
+        ok = all(torch.equal(a, b) for a, b in zip(cuda.sample_edges(*args),
+                                                    reference.sample_edges(*args)))
         bad += not ok
-        print(f"sample_neighbors fanout={fanout}: {'ok' if ok else 'MISMATCH'}")
+        print(f"sample_edges fanout={fanout}: {'ok' if ok else 'MISMATCH'}")
     return bad
 
 
@@ -196,4 +200,18 @@ def check_gather_rows(dev) -> int:
             ok = torch.equal(cuda.gather_rows(host, index), host[index.cpu()].to(dev))
             bad += not ok
             print(f"gather_rows {tuple(host.shape)}: {'ok' if ok else 'MISMATCH'}")
+    return bad
+
+
+def check_nan_counters(dev) -> int:
+    """The NaN scan on tensors of whole 16-byte words, odd sizes and an offset start, fp32
+    and fp16; the number of bad cases."""
+    bad = 0
+    for dtype in (torch.float32, torch.float16):
+        x = torch.randn(1001, device=dev, dtype=dtype)
+        x[[3, 500, 999]] = float("nan")
+        for scanned in (x[:1000], x[:999], x[1:]):
+            ok = torch.equal(cuda.nan_counters(scanned), reference.nan_counters(scanned))
+            bad += not ok
+            print(f"nan_counters {scanned.numel()} {dtype}: {'ok' if ok else 'MISMATCH'}")
     return bad

@@ -674,28 +674,45 @@ def _in_edge_csr(degrees, index_dtype_):
 
 
 @pytest.mark.parametrize("fanout", [-1, 1, 2, 5, 15, 64, 65])
-def test_sample_neighbors_matches_reference(fanout):
-    """The kernel picks what the reference picks from the same draws: rows of degree 0, at
-    the fan-out, just above it, and hubs far above it; the fan-out above the kernel's limit
-    goes to the reference."""
+@pytest.mark.parametrize("index_dtype_, eid_dtype", [(torch.int32, torch.int32),
+                                                     (torch.int64, torch.int64),
+                                                     (torch.int32, None)])
+def test_sample_edges_match_reference(fanout, index_dtype_, eid_dtype):
+    """The kernels give each row the reference's entry count, and pick and read what the
+    reference picks from the same draws: rows of degree 0, at the fan-out, just above it,
+    and hubs far above it; the graph's source and edge ids of either width, or no edge ids;
+    the fan-out above the kernel's limit goes to the reference."""
     seed = fresh_seed()
     n = 3001  # not a multiple of the block
     degrees = torch.randint(0, 40, (n,))
     degrees[torch.randperm(n)[:50]] = 0
     degrees[torch.randperm(n)[:5]] = torch.randint(2000, 5000, (5,))
     degrees[:3] = max(fanout, 1) + torch.arange(3)  # at and just above the fan-out
-    g_indptr, _ = _in_edge_csr(degrees, torch.int32)
+    g_indptr, g_indices = _in_edge_csr(degrees, index_dtype_)
+    # edge ids that are the CSR positions: the picks themselves
+    eids = (None if eid_dtype is None else
+            torch.arange(g_indices.numel(), device=DEV, dtype=eid_dtype))
     dst = torch.randperm(n, device=DEV)[:1700]
+    counts = cuda.block_degrees(g_indptr, dst, fanout)
+    assert torch.equal(counts, reference.block_degrees(g_indptr, dst, fanout)), seed
     b_indptr, num_edges = block_indptr(g_indptr, dst, fanout)
+    assert torch.equal(b_indptr.diff(), counts), seed
     draws = (torch.rand(dst.numel(), fanout, dtype=torch.float64, device=DEV)
              if fanout > 0 else None)
-    got = cuda.sample_neighbors(g_indptr, dst, b_indptr, num_edges, fanout, draws)
-    want = reference.sample_neighbors(g_indptr, dst, b_indptr, num_edges, fanout, draws)
-    assert got.dtype == torch.int64 and torch.equal(got, want), seed
-    # every position is an in-edge of its row, without repeats
+    args = (g_indptr, g_indices, eids, dst, b_indptr, num_edges, fanout, draws)
+    poison()
+    got_src, got_eid = cuda.sample_edges(*args)
+    want_src, want_eid = reference.sample_edges(*args)
+    assert got_src.dtype == index_dtype_ and torch.equal(got_src, want_src), seed
+    if eid_dtype is None:
+        assert got_eid is None and want_eid is None
+        return
+    assert got_eid.dtype == torch.int64 and torch.equal(got_eid, want_eid), seed
+    # every pick is an in-edge of its row, without repeats
     row = torch.repeat_interleave(torch.arange(dst.numel(), device=DEV), b_indptr.diff())
-    assert bool(((got >= g_indptr[dst][row]) & (got < g_indptr[dst + 1][row])).all()), seed
-    assert got.unique().numel() == got.numel(), seed
+    assert bool(((got_eid >= g_indptr[dst][row]) & (got_eid < g_indptr[dst + 1][row])).all())
+    assert got_eid.unique().numel() == got_eid.numel(), seed
+    assert torch.equal(got_src, g_indices[got_eid]), seed
 
 
 @pytest.mark.parametrize("dtype, shape", [(torch.float32, (128,)), (torch.float32, (3,)),

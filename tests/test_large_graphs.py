@@ -88,8 +88,10 @@ def test_the_cuda_kernels_hold_edge_positions_and_row_offsets_in_64_bits():
     for declared in ("const long long* __restrict__ graph_indptr",
                      "const long long* __restrict__ block_indptr",
                      "long long* __restrict__ out, long long n", "long long r = ",
-                     "long long start = ", "long long degree = ", "long long* row_out = ",
-                     "long long picked[MAX_FANOUT]", "long long top = ", "long long t = ",
+                     "long long* __restrict__ out_eid, long long n", "long long slot",
+                     "long long pos", "long long start = ", "long long degree = ",
+                     "long long row_start = ", "long long picked[MAX_FANOUT]",
+                     "long long top = ", "long long t = ",
                      "for (long long i = 0; i < degree; ++i)"):
         assert declared in sample, declared
     gather = (kernels / "gather_rows.cu").read_text()

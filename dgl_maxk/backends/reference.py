@@ -235,6 +235,24 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, index.to(table.device)).to(index.device, non_blocking=True)
 
 
+def block_degrees(graph_indptr, dst, fanout: int):
+    """min(in-degree, ``fanout``) of each node of ``dst`` in the graph of in-edge row
+    pointers ``graph_indptr`` (all its in-edges for ``fanout`` < 0), int64: the rows of the
+    block that :func:`sample_edges` fills."""
+    degree = graph_indptr[dst + 1] - graph_indptr[dst]
+    return degree if fanout < 0 else degree.clamp(max=fanout)
+
+
+def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
+                 num_edges: int, fanout: int, draws):
+    """(sources, edge ids) of the in-edges that :func:`sample_neighbors` picks: the graph's
+    ``graph_indices`` (in their dtype) and ``graph_edge_ids`` (int64; None without them) at
+    the picked positions."""
+    positions = sample_neighbors(graph_indptr, dst, block_indptr, num_edges, fanout, draws)
+    return (graph_indices[positions],
+            None if graph_edge_ids is None else graph_edge_ids[positions].long())
+
+
 def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
     """The sampled in-edges of each node of ``dst`` as positions (int64) in the graph's
     in-edge CSR ``graph_indptr``, in the order of the block's CSR ``block_indptr``

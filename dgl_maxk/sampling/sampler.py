@@ -1,8 +1,8 @@
 """Uniform neighbour sampling without replacement, in torch, on the device of the graph.
 
-The in-edges of each row are picked by ``sample_neighbors`` of the tensors' backend (one
-CUDA kernel, or the pure-torch reference), as positions in the graph's CSR, which give the
-block its source nodes and its edges' ids in the graph. Each layer's block costs two reads
+The in-edges of each row are picked by ``sample_edges`` of the tensors' backend (one CUDA
+kernel, or the pure-torch reference) at positions in the graph's CSR, where it reads the
+block's source nodes and its edges' ids in the graph. Each layer's block costs two reads
 back to the host (its edge count and its number of source nodes, which size its tensors);
 everything else stays on the device. The result is that of DGL's ``NeighborSampler`` with
 ``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
@@ -233,8 +233,7 @@ def block_indptr(graph_indptr, dst, fanout: int):
     """(indptr, num_edges): the CSR row pointers of the block of ``dst`` in the graph of
     in-edge row pointers ``graph_indptr``, min(in-degree, ``fanout``) entries a row (all for
     -1). The edge count is read back to the host (it sizes the block)."""
-    degree = graph_indptr[dst + 1] - graph_indptr[dst]
-    count = degree if fanout < 0 else degree.clamp(max=fanout)
+    count = backends.for_tensor(dst).block_degrees(graph_indptr, dst, fanout)
     indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(count, 0, out=indptr[1:])
     return indptr, int(indptr[-1])
@@ -252,10 +251,9 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
     picked = fanout if 0 < fanout <= graph.max_in_degree else -1
     draws = (torch.rand(n, picked, dtype=torch.float64, device=dst.device, generator=generator)
              if picked > 0 else None)
-    positions = backends.for_tensor(dst).sample_neighbors(graph.indptr, dst, indptr, num_edges,
-                                                          picked, draws)
-    src_nodes, local = _relabel(dst, graph.indices[positions])
-    edge_ids = graph.edge_ids[positions].long() if graph.edge_ids is not None else None
+    sources, edge_ids = backends.for_tensor(dst).sample_edges(
+        graph.indptr, graph.indices, graph.edge_ids, dst, indptr, num_edges, picked, draws)
+    src_nodes, local = _relabel(dst, sources)
     return SampledBlock(indptr, local, src_nodes, n,
                         max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids,
                         src_out_degrees=graph.out_degrees[src_nodes] if graph_degrees else None)

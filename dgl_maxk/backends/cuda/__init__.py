@@ -18,7 +18,8 @@ Precision and determinism:
   bit-deterministic there (the rounding depends on the order of the adds).
 * ``cbsr_sspmm``: global atomic adds into dX: NOT bit-deterministic.
 * ``cbsr_sddmm``: no atomics, bit-deterministic.
-* ``sample_neighbors``: exact, deterministic (integer work on the reference's draws).
+* ``block_degrees``, ``sample_edges``: exact, deterministic (integer work on the
+  reference's draws).
 * ``gather_rows``: exact (raw bytes copied); reads rows of pinned host memory directly.
 * ``nan_counters``: exact (integer counts; the first position is a maximum).
 * float64 inputs are not run by the kernels: these functions fall back to the reference for
@@ -36,7 +37,7 @@ from .runtime import available
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_gather", "cbsr_spgemm", "cbsr_sspmm",
            "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
            "layer_norm_backward_cbsr",
-           "sample_neighbors", "gather_rows", "nan_counters", "launch"]
+           "block_degrees", "sample_edges", "gather_rows", "nan_counters", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -194,15 +195,23 @@ def cbsr_sddmm(plan, grad_y, x_values, x_indices):
     return out if grad_y.dtype == torch.float32 else out.to(grad_y.dtype)
 
 
-def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
-    """The reference's sampled in-edges (CSR positions), the same ones: one thread per row
-    (fan-outs up to ``launch.DEFAULTS['sample_neighbors']['max_fanout']``; larger ones go to
-    the reference)."""
+def block_degrees(graph_indptr, dst, fanout: int):
+    """The reference's block degrees, in one kernel."""
+    return kernels.block_degrees(graph_indptr, dst.contiguous(), fanout)
+
+
+def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
+                 num_edges: int, fanout: int, draws):
+    """The reference's sampled in-edges (the same sources and edge ids), read at the picked
+    positions by the picking kernel itself: one thread per row (fan-outs up to
+    ``launch.DEFAULTS['sample_neighbors']['max_fanout']``; larger ones go to the
+    reference)."""
     if fanout > launch.option("sample_neighbors", "max_fanout"):
-        return reference.sample_neighbors(graph_indptr, dst, block_indptr, num_edges, fanout,
-                                          draws)
-    return kernels.sample_neighbors(graph_indptr, dst.contiguous(), block_indptr, draws,
-                                    num_edges, fanout)
+        return reference.sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
+                                      block_indptr, num_edges, fanout, draws)
+    return kernels.sample_edges(graph_indptr, graph_indices.contiguous(),
+                                None if graph_edge_ids is None else graph_edge_ids.contiguous(),
+                                dst.contiguous(), block_indptr, draws, num_edges, fanout)
 
 
 def nan_counters(x):

@@ -228,22 +228,41 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     return out
 
 
-def sample_neighbors(graph_indptr: torch.Tensor, dst: torch.Tensor, block_indptr: torch.Tensor,
-                     draws: Optional[torch.Tensor], num_edges: int,
-                     fanout: int) -> torch.Tensor:
-    out = torch.empty(num_edges, dtype=torch.int64, device=dst.device)
+def block_degrees(graph_indptr: torch.Tensor, dst: torch.Tensor, fanout: int) -> torch.Tensor:
+    """min(in-degree, ``fanout``) of each node of ``dst`` (all for -1), int64."""
+    n = dst.numel()
+    out = torch.empty(n, dtype=torch.int64, device=dst.device)
+    if n:
+        defines, threads = heuristics.sample_config()
+        kern = kernel("sample_neighbors", "block_degrees", defines, dst.device.index)
+        launch(kern, -(-n // threads), threads,
+               (ptr(graph_indptr), ptr(dst), ptr(out), i64(n), i32(fanout)), 0, dst.device)
+    return out
+
+
+def sample_edges(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
+                 graph_edge_ids: Optional[torch.Tensor], dst: torch.Tensor,
+                 block_indptr: torch.Tensor, draws: Optional[torch.Tensor], num_edges: int,
+                 fanout: int):
+    """(source ids in the graph's dtype, edge ids int64 or None) of the sampled in-edges."""
+    sources = torch.empty(num_edges, dtype=graph_indices.dtype, device=dst.device)
+    edge_ids = (None if graph_edge_ids is None else
+                torch.empty(num_edges, dtype=torch.int64, device=dst.device))
     n = dst.numel()
     if n == 0 or num_edges == 0:
-        return out
+        return sources, edge_ids
     defines, threads = heuristics.sample_config()
     if fanout > defines["MAX_FANOUT"]:  # the kernel's per-thread pick list
         raise ValueError(f"the sampling kernel takes fan-outs up to {defines['MAX_FANOUT']}, "
                          f"got {fanout}")
-    kern = kernel("sample_neighbors", "sample_neighbors", defines, dst.device.index)
+    defines = {**defines, "SRC_BYTES": graph_indices.element_size(),
+               "EID_BYTES": 0 if graph_edge_ids is None else graph_edge_ids.element_size()}
+    kern = kernel("sample_neighbors", "sample_edges", defines, dst.device.index)
     launch(kern, -(-n // threads), threads,
-           (ptr(graph_indptr), ptr(dst), ptr(block_indptr), _ptr_or_null(draws), ptr(out),
+           (ptr(graph_indptr), ptr(graph_indices), _ptr_or_null(graph_edge_ids), ptr(dst),
+            ptr(block_indptr), _ptr_or_null(draws), ptr(sources), _ptr_or_null(edge_ids),
             i64(n), i32(fanout)), 0, dst.device)
-    return out
+    return sources, edge_ids
 
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ classes, 8% training seeds as in ogbn-products; ``--graph papers100m-sized``: th
 ``papers100m-sized`` dataset, 111,059,956 nodes, 1,615,685,872 edges, 128 features, 172
 classes, 1,207,179 training seeds, built on the GPU with no DGL graph, device sampler only),
 GraphSAGE 3 x 256 with fan-outs 15,10,5 and batches of 1024 seeds: for each variant and GPU
-count, the time of ``--steps`` training steps per process after warm-up, the throughput in
+count, the time of ``--steps`` training steps per process after warm-up (``--passes`` times), the throughput in
 seed nodes per second (all processes together), the epoch time it implies, and where the
 time goes (waiting for the sampler, feature gathering and copying, compute; the device
 sampler gathers each batch's feature rows itself, ahead of the step, so its wait holds what
@@ -85,9 +85,12 @@ def build_parser():
     parser.add_argument("--steps", type=positive_int, default=40,
                         help="timed steps per process, at most one pass over the "
                              "training seeds (the JSON records how many ran)")
+    parser.add_argument("--passes", type=positive_int, default=1,
+                        help="timed passes of --steps steps each: the seeds/s of them all, "
+                             "and each pass's in the JSON (the run's spread)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--breakdown", action="store_true",
-                        help="a second pass of --steps steps, synchronising at phase "
+                        help="one more pass of --steps steps, synchronising at phase "
                              "boundaries to split the time")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--seed", type=int, default=0)
@@ -178,10 +181,11 @@ def worker(rank, world, args, port, queue):
 
 
 def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
-    """Warm up, then time ``args.steps`` steps (throughput, no extra synchronisation); with
-    ``--breakdown`` a second pass of as many steps splits the time into sampling wait, copy
-    and compute (synchronising at each boundary). The step is the trainer's
-    (``sampling.cuda_graph`` as ``cuda_graph``)."""
+    """Warm up, then time ``args.passes`` passes of ``args.steps`` steps (throughput, no
+    extra synchronisation; each pass's seconds in ``pass_wall_s``); with ``--breakdown`` one
+    more pass of as many steps splits the time into sampling wait, copy and compute
+    (synchronising at each boundary). The step is the trainer's (``sampling.cuda_graph`` as
+    ``cuda_graph``)."""
     opt = make_optimizer(model.parameters(), 0.003)
     step = SampledStep(model, opt, args.fanouts, args.batch_size, args.nodes,
                        precision=args.precision, cuda_graph=cuda_graph)
@@ -189,17 +193,23 @@ def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
     if world > 1:
         torch.distributed.barrier()
     distributed.synchronize(device)
-    start = time.perf_counter()
     replays, captures = step.replays, step.captures
-    stats = train_epoch(step, loader, feats, labels, device, max_steps=args.steps)
-    distributed.synchronize(device)
-    stats["wall_s"] = time.perf_counter() - start
+    passes = []
+    for _ in range(args.passes):
+        start = time.perf_counter()
+        passes.append(train_epoch(step, loader, feats, labels, device, max_steps=args.steps))
+        distributed.synchronize(device)
+        passes[-1]["wall_s"] = time.perf_counter() - start
+    stats = {key: sum(p[key] for p in passes)
+             for key in ("seeds", "steps", "wall_s", "sample_s", "copy_s", "compute_s")}
+    stats["pass_wall_s"] = [p["wall_s"] for p in passes]
     stats["replayed_steps"] = step.replays - replays
     stats["captures"] = step.captures - captures
     if args.breakdown:
         split = train_epoch(step, loader, feats, labels, device, max_steps=args.steps,
                             timed=True)
-        stats.update({key: split[key] for key in ("sample_s", "copy_s", "compute_s")})
+        stats.update({key: split[key] for key in ("sample_s", "copy_s", "compute_s")},
+                     breakdown_steps=split["steps"])
     return stats
 
 
@@ -255,8 +265,10 @@ def time_arm(args, world, device, graph, device_graph, feats, labels, train_idx,
                 "prefetch": args.prefetch}
     loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph, feats)
     stats = time_variant(model, loader, feats, labels, device, args, world, graphed)
-    seeds = stats["seeds"]
+    seeds, pass_wall = stats["seeds"], stats.pop("pass_wall_s")
     stats = distributed.all_reduce_mean(stats, device)
+    mean_wall = distributed.all_reduce_mean(dict(enumerate(pass_wall)), device)
+    stats["pass_wall_s"] = [mean_wall[i] for i in range(len(pass_wall))]
     step = "graphed" if stats["replayed_steps"] == stats["steps"] else (
         "eager" if stats["replayed_steps"] == 0 else "mixed")
     stats.update(sampler=sampler, cuda_graph=graph_mode, step=step, variant=variant,
@@ -376,6 +388,9 @@ def _collect(procs, queue, world, args, first, rows):
                "epoch_s_estimate": seeds / throughput,
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
                "compute_s": stats["compute_s"], "wall_s": stats["wall_s"],
+               "breakdown_steps": stats.get("breakdown_steps", 0),
+               "pass_seeds_per_s": [stats["seeds_total"] / len(stats["pass_wall_s"]) / wall
+                                    for wall in stats["pass_wall_s"]],
                "features": stats["features"], "peak_gpu_gib": stats["peak_gpu_gib"]}
         rows.append(row)
         peak = row["peak_gpu_gib"]
@@ -453,7 +468,7 @@ def markdown_table(results, args) -> str:
         one = next((o for o in results
                     if same(o, variant=r["variant"], gpus=1, step=r["step"])), None)
         relu = next((o for o in results if same(o, variant="relu", gpus=r["gpus"])), None)
-        split = " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
+        split = " / ".join(f"{r[key] / (r.get('breakdown_steps') or r['steps']) * 1e3:.1f}"
                            for key in ("sample_s", "copy_s", "compute_s"))
         scale = f"{r['throughput_seeds_per_s'] / one['throughput_seeds_per_s']:.2f}x" if one else ""
         vs = (f"{r['throughput_seeds_per_s'] / relu['throughput_seeds_per_s']:.2f}x"

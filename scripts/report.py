@@ -276,26 +276,42 @@ def _split(r: dict, breakdown: bool) -> str:
     """Sampling wait / copy / compute, ms per step."""
     if not breakdown:
         return "not measured"
-    return " / ".join(f"{r[key] / r['steps'] * 1e3:.1f}"
+    steps = r.get("breakdown_steps") or r["steps"]  # the breakdown's own pass
+    return " / ".join(f"{r[key] / steps * 1e3:.1f}"
                       for key in ("sample_s", "copy_s", "compute_s"))
+
+
+def _passes(data: dict) -> int:
+    return data["args"].get("passes", 1)
+
+
+def _seeds_per_s(r: dict) -> str:
+    """The row's seeds/s, and the slowest and fastest of its passes where it timed several."""
+    spread = r.get("pass_seeds_per_s", [])
+    return f"{r['throughput_seeds_per_s']:,.0f}" + (
+        f" ({min(spread):,.0f}-{max(spread):,.0f})" if len(spread) > 1 else "")
 
 
 def minibatch_rows(data: dict) -> list:
     results, breakdown = data["results"], data["args"]["breakdown"]
-    return [[r["sampler"], r.get("step", "eager"), r["variant"], r["gpus"],
-             f"{r['throughput_seeds_per_s']:,.0f}", f"{r['step_ms']:.1f}",
-             _split(r, breakdown), _vs_relu(r, results)] for r in results]
+    return [[r["sampler"], r.get("step", "eager"), r["variant"], r["gpus"], _seeds_per_s(r),
+             f"{r['step_ms']:.1f}", _split(r, breakdown), _vs_relu(r, results)]
+            for r in results]
 
 
 def _timed_steps(data: dict) -> str:
     """How many steps the rows timed: ``--steps``, or fewer where a pass over the seeds (an
-    epoch) ended first."""
-    wanted, steps = data["args"]["steps"], sorted({r["steps"] for r in data["results"]})
+    epoch) ended first; ``--passes`` times."""
+    passes = _passes(data)
+    wanted = data["args"]["steps"]
+    steps = sorted({r["steps"] // passes for r in data["results"]})
     if steps == [wanted]:
-        return f"{wanted} timed steps"
-    if len(steps) == 1:
-        return f"{steps[0]:,} timed steps (one epoch)"
-    return f"{wanted} timed steps, or one epoch where shorter"
+        timed = f"{wanted} timed steps"
+    elif len(steps) == 1:
+        timed = f"{steps[0]:,} timed steps (one epoch)"
+    else:
+        timed = f"{wanted} timed steps, or one epoch where shorter"
+    return timed if passes == 1 else f"{passes} passes of {timed}"
 
 
 def bench_minibatch_code(data: dict) -> list:
@@ -307,6 +323,7 @@ def bench_minibatch_code(data: dict) -> list:
         ("--feature-memory", args["feature_memory"]), ("--cuda-graph", args.get("cuda_graph")),
         ("--prefetch", args.get("prefetch")), ("--batch-size", args["batch_size"]),
         ("--fanouts", args["fanouts"]), ("--steps", args["steps"]),
+        ("--passes", args.get("passes") if args.get("passes", 1) > 1 else None),
         ("--warmup", args["warmup"]), ("--breakdown", args["breakdown"]),
         ("--precision", args["precision"])], "OUT"),
         f"cp OUT/minibatch.json benchmarks/{data['file']}")
@@ -332,10 +349,11 @@ def minibatch_section(data: dict) -> list:
               f"process. Seeds per second over {_timed_steps(data)} after "
               f"{args['warmup']} warm-up ones; the "
               "split of a step (waiting for the sampler / gathering and copying features / "
-              "forward, backward and optimizer) comes from a second pass that synchronises "
+              "forward, backward and optimizer) comes from one more pass that synchronises "
               "at each boundary. \"vs ReLU\" is the throughput over ReLU's, its step run "
               "the same way (the same `--cuda-graph`). "
-              "Seeds/s to 1, ms to 0.1, ratios to 0.01."),
+              + ("In brackets the slowest and the fastest pass. " if _passes(data) > 1 else "")
+              + "Seeds/s to 1, ms to 0.1, ratios to 0.01."),
         *table(["sampler", "step", "variant", "GPUs", "seeds/s", "ms/step",
                 "wait / copy / compute ms", "vs ReLU"], minibatch_rows(data))]
 

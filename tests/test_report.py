@@ -54,6 +54,23 @@ def test_check_fails_when_a_measured_figure_changes(report, tmp_path):
     assert f"{row['epoch_ms']:.1f} (" in page.read_text()
 
 
+def test_minibatch_rows_of_several_passes_show_their_spread(report):
+    """A run of several passes: each row's seeds/s with its slowest and fastest pass, the
+    split per step of its breakdown pass, and the text says how many passes it timed."""
+    passes = random.randint(2, 5)
+    spread = sorted(random.uniform(1e5, 3e5) for _ in range(passes))
+    row = {"sampler": "device", "step": "graphed", "variant": "maxk-k32", "gpus": 1,
+           "throughput_seeds_per_s": sum(spread) / passes, "step_ms": 4.0,
+           "steps": 192 * passes, "breakdown_steps": 192, "sample_s": 0.192,
+           "copy_s": 0.0192, "compute_s": 0.768, "pass_seeds_per_s": spread}
+    data = {"args": {"breakdown": True, "steps": 200, "passes": passes}, "results": [row]}
+    (cells,) = report.minibatch_rows(data)
+    assert cells[4] == (f"{row['throughput_seeds_per_s']:,.0f} "
+                        f"({spread[0]:,.0f}-{spread[-1]:,.0f})")
+    assert cells[6] == "1.0 / 0.1 / 4.0"
+    assert report._timed_steps(data) == f"{passes} passes of 192 timed steps (one epoch)"
+
+
 def test_a_missing_file_is_one_error_line(report, tmp_path, capsys):
     assert report.main(["--check", "--benchmarks", str(tmp_path)]) == 2
     err = capsys.readouterr().err

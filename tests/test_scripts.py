@@ -384,6 +384,22 @@ def test_bench_minibatch_times_dgls_blocks_once_and_scales_like_steps():
     assert scaling == ["1.00x", "2.50x", "1.00x"]
 
 
+def test_bench_minibatch_times_each_pass_and_splits_its_breakdown_pass(script_main, tmp_path):
+    """--passes 2: the row's seeds/s is that of both passes together (between the slower and
+    the faster), each pass's is in the JSON, and the breakdown pass's own step count."""
+    import json
+    out = tmp_path / "bm"
+    result = script_main("bench_minibatch", "--device", "cpu", "--gpus", "1", "--nodes",
+                         "3000", "--degree", "5", "--batch-size", "64", "--steps", "2",
+                         "--passes", "2", "--warmup", "0", "--variants", "maxk-k8",
+                         "--samplers", "device", "--breakdown", "--out", out)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (row,) = json.loads((out / "minibatch.json").read_text())["results"]
+    low, high = sorted(row["pass_seeds_per_s"])
+    assert 0 < low <= row["throughput_seeds_per_s"] <= high
+    assert (row["steps"], row["breakdown_steps"]) == (4, 2)
+
+
 def test_compare_dgl_records_what_a_paper_needs(script_main, tmp_path):
     """Each arm's epoch range beside its median and the epochs it timed (stock DGL's: a
     third, after one warm-up), and the machine: host, commit, CPU model."""

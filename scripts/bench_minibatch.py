@@ -5,11 +5,12 @@ classes, 8% training seeds as in ogbn-products; ``--graph papers100m-sized``: th
 ``papers100m-sized`` dataset, 111,059,956 nodes, 1,615,685,872 edges, 128 features, 172
 classes, 1,207,179 training seeds, built on the GPU with no DGL graph, device sampler only),
 GraphSAGE 3 x 256 with fan-outs 15,10,5 and batches of 1024 seeds: for each variant and GPU
-count, the time of ``--steps`` training steps per process after warm-up (``--passes`` times), the throughput in
-seed nodes per second (all processes together), the epoch time it implies, and where the
-time goes (waiting for the sampler, feature gathering and copying, compute; the device
-sampler gathers each batch's feature rows itself, ahead of the step, so its wait holds what
-that gather did not hide), with dgl_maxk's device sampler and DGL's CPU sampler side by side.
+count, the time of ``--steps`` training steps per process after warm-up (``--passes``
+times), the throughput in seed nodes per second (all processes together), the epoch time it
+implies, and where the time goes (waiting for the sampler, feature gathering and copying,
+compute; the device sampler gathers each batch's feature rows itself, ahead of the step, so
+its wait holds what that gather did not hide), with dgl_maxk's device sampler and DGL's CPU
+sampler side by side.
 The ReLU model is dgl_maxk's SAGE with ``k=None``: the computation of ``dgl.nn.SAGEConv``
 with its aggregation on cuSPARSE (stock DGL layers cannot run on a GPU with the DGL wheels
 of the package index). Processes are spawned, one per GPU, and joined through NCCL (the
@@ -17,12 +18,12 @@ gradients averaged by DistributedDataParallel, or by the graphed step itself). E
 the trainer's own (``dgl_maxk.training.sampled_step.SampledStep``), with ``--cuda-graph`` as
 the trainer's ``sampling.cuda_graph``: where it is on (or auto, the default, in one
 process) the device sampler's full batches replay a CUDA graph over padded blocks. The column
-"step" says what ran; "scaling vs 1 GPU" compares like steps only. Every variant runs
-under ``--precision`` (default tf32, the paper's setting). An epoch with fewer batches than
-``--steps`` times all of them (the output says how many). ``--feature-memory host`` keeps the
-features in pinned host memory, each batch's rows gathered by the CPU and carried over by a
-copy engine (the trainer's ``sampling.features: host``); each row records the peak GPU memory allocated while it ran
-(graph and features included).
+"step" says what ran; "scaling vs 1 GPU" compares like steps only. Every variant runs under
+``--precision`` (default tf32, the paper's setting). An epoch with fewer batches than
+``--steps`` times all of them (the output says how many). ``--feature-memory host`` keeps
+the features in pinned host memory, each batch's rows gathered by the CPU and carried over
+by a copy engine (the trainer's ``sampling.features: host``); each row records the peak GPU
+memory allocated while it ran (graph and features included).
 
 The arguments are checked (through the trainer's config checks) before any process starts:
 bad ones give one line, ``error: ...``, and exit status 2. A process that fails stops the

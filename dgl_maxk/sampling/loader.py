@@ -1,13 +1,14 @@
 """Mini-batches of sampled blocks, produced ahead of the training step.
 
-:class:`NeighborLoader` is the device sampler's counterpart of DGL's ``DataLoader``: one pass
-over the seed nodes per iteration, shuffled from its ``seed``, this process's share of them
-under data parallelism, and each batch sampled ahead by a producer thread on its own CUDA
-stream while the steps before it compute (``prefetch`` threads, sampling at the same time,
-each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature rows
-when given a feature table (gathered there too; rows in host memory cross the bus on a copy
-engine, so that the bus's time overlaps the step's and the step keeps the SMs). The batches and their order depend only on ``seed``, the pass number,
-the rank and the number of processes, not on ``prefetch`` or timing.
+:class:`NeighborLoader` is the device sampler's counterpart of DGL's ``DataLoader``: one
+pass over the seed nodes per iteration, shuffled from its ``seed``, this process's share of
+them under data parallelism, and each batch sampled ahead by a producer thread on its own
+CUDA stream while the steps before it compute (``prefetch`` threads, sampling at the same
+time, each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature
+rows when given a feature table (gathered there too; rows in host memory cross the bus on a
+copy engine, so that the bus's time overlaps the step's and the step keeps the SMs). The
+batches and their order depend only on ``seed``, the pass number, the rank and the number of
+processes, not on ``prefetch`` or timing.
 """
 from __future__ import annotations
 

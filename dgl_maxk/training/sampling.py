@@ -7,7 +7,8 @@ and hands over blocks whose plans are built; ``dgl``, DGL's ``NeighborSampler`` 
 dgl_maxk's layers then plan each block on the device. The labels and model live on the
 training device, the features there too or (``sampling.features: host``) in pinned host
 memory, whence the device sampler's loader carries each batch's rows over
-(:func:`~dgl_maxk.sampling.staged_rows`). Under ``torchrun`` each process samples its share of the seed nodes.
+(:func:`~dgl_maxk.sampling.staged_rows`). Under ``torchrun`` each process samples its share
+of the seed nodes.
 """
 from __future__ import annotations
 

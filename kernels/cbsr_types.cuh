@@ -3,7 +3,9 @@
 //   idx_t, a CBSR column index (IDX_BYTES 1: uint8 for widths up to 256, 2: uint16 for
 //   widths up to 32768), read as an int by IDX_TO_INT;
 //   raw_t, the bits of one feature value (ELEM_BYTES 4: fp32, 2: fp16 or bf16), for kernels
-//   that compare or move values without doing arithmetic on them.
+//   that compare or move values without doing arithmetic on them;
+//   word_t, the unit a thread loads at a time (WORD_BYTES 16, 8, 4, 2 or 1), for kernels
+//   that stream raw bytes.
 
 #ifndef CBSR_TYPES_CUH
 #define CBSR_TYPES_CUH
@@ -25,6 +27,20 @@ typedef unsigned short idx_t;
 typedef unsigned int raw_t;
 #else
 typedef unsigned short raw_t;
+#endif
+#endif
+
+#ifdef WORD_BYTES
+#if WORD_BYTES == 16
+typedef uint4 word_t;
+#elif WORD_BYTES == 8
+typedef uint2 word_t;
+#elif WORD_BYTES == 4
+typedef unsigned int word_t;
+#elif WORD_BYTES == 2
+typedef unsigned short word_t;
+#else
+typedef unsigned char word_t;
 #endif
 #endif
 

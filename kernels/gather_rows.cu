@@ -13,17 +13,7 @@
 #define WARPS 8
 #endif
 
-#if WORD_BYTES == 16
-typedef uint4 word_t;
-#elif WORD_BYTES == 8
-typedef uint2 word_t;
-#elif WORD_BYTES == 4
-typedef unsigned int word_t;
-#elif WORD_BYTES == 2
-typedef unsigned short word_t;
-#else
-typedef unsigned char word_t;
-#endif
+#include "cbsr_types.cuh"
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 gather_rows(const word_t* __restrict__ table, const long long* __restrict__ index,

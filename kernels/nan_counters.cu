@@ -34,16 +34,6 @@
 
 #include "cbsr_types.cuh"
 
-#if WORD_BYTES == 16
-typedef uint4 word_t;
-#elif WORD_BYTES == 8
-typedef uint2 word_t;
-#elif WORD_BYTES == 4
-typedef unsigned int word_t;
-#else
-typedef unsigned short word_t;
-#endif
-
 // A word's bits as 32-bit parts (the low half first for 2-byte words).
 __device__ __forceinline__ void parts_of(const word_t& v, unsigned int (&p)[4]) {
 #if WORD_BYTES == 16

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from . import library
+from . import backends, library
 from ._custom_ops import tracing
 from ._dgl import DGLError
 from .sparse import (CBSR, GraphPlan, check_features, check_k, check_nan_counters,
@@ -176,7 +176,8 @@ def check_dense_features(name: str, x, nan: bool = True):
     of a GPU tensor is one pass of a kernel (:func:`dgl_maxk.library.nan_counters`; torch's
     takes three on a large tensor: the mask, its count, its first position). The same
     errors, recorded alike inside :func:`~dgl_maxk.deferred_checks`."""
-    on_gpu = isinstance(x, torch.Tensor) and x.is_cuda and not tracing()
+    on_gpu = (isinstance(x, torch.Tensor) and not tracing()
+              and backends.for_tensor(x) is backends.cuda)
     check_features(name, x, nan=nan and not on_gpu)
     if nan and on_gpu and checks_enabled():
         check_nan_counters(name, x.shape, library.nan_counters(x))

@@ -183,7 +183,7 @@ def worker(rank, world, args, port, queue):
 
 def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
     """Warm up, then time ``args.passes`` passes of ``args.steps`` steps (throughput, no
-    extra synchronisation; each pass's seconds in ``pass_wall_s``); with ``--breakdown`` one
+    extra synchronisation; each pass's seeds and seconds in ``passes``); with ``--breakdown`` one
     more pass of as many steps splits the time into sampling wait, copy and compute
     (synchronising at each boundary). The step is the trainer's (``sampling.cuda_graph`` as
     ``cuda_graph``)."""
@@ -203,7 +203,7 @@ def time_variant(model, loader, feats, labels, device, args, world, cuda_graph):
         passes[-1]["wall_s"] = time.perf_counter() - start
     stats = {key: sum(p[key] for p in passes)
              for key in ("seeds", "steps", "wall_s", "sample_s", "copy_s", "compute_s")}
-    stats["pass_wall_s"] = [p["wall_s"] for p in passes]
+    stats["passes"] = [(p["seeds"], p["wall_s"]) for p in passes]
     stats["replayed_steps"] = step.replays - replays
     stats["captures"] = step.captures - captures
     if args.breakdown:
@@ -266,10 +266,10 @@ def time_arm(args, world, device, graph, device_graph, feats, labels, train_idx,
                 "prefetch": args.prefetch}
     loader = epoch_loader(graph, train_idx, sampling, args.seed, 0, device_graph, feats)
     stats = time_variant(model, loader, feats, labels, device, args, world, graphed)
-    seeds, pass_wall = stats["seeds"], stats.pop("pass_wall_s")
+    seeds, passes = stats["seeds"], stats.pop("passes")
     stats = distributed.all_reduce_mean(stats, device)
-    mean_wall = distributed.all_reduce_mean(dict(enumerate(pass_wall)), device)
-    stats["pass_wall_s"] = [mean_wall[i] for i in range(len(pass_wall))]
+    walls = distributed.all_reduce_mean({i: wall for i, (_, wall) in enumerate(passes)}, device)
+    stats["pass_seeds_per_s"] = [n * world / walls[i] for i, (n, _) in enumerate(passes)]
     step = "graphed" if stats["replayed_steps"] == stats["steps"] else (
         "eager" if stats["replayed_steps"] == 0 else "mixed")
     stats.update(sampler=sampler, cuda_graph=graph_mode, step=step, variant=variant,
@@ -390,8 +390,7 @@ def _collect(procs, queue, world, args, first, rows):
                "sample_s": stats["sample_s"], "copy_s": stats["copy_s"],
                "compute_s": stats["compute_s"], "wall_s": stats["wall_s"],
                "breakdown_steps": stats.get("breakdown_steps", 0),
-               "pass_seeds_per_s": [stats["seeds_total"] / len(stats["pass_wall_s"]) / wall
-                                    for wall in stats["pass_wall_s"]],
+               "pass_seeds_per_s": stats["pass_seeds_per_s"],
                "features": stats["features"], "peak_gpu_gib": stats["peak_gpu_gib"]}
         rows.append(row)
         peak = row["peak_gpu_gib"]

@@ -4,10 +4,10 @@ Two passes per variant over a graph of ``bench_minibatch.py`` (the same ``--grap
 generator, sizes and model; products-sized by default):
 
 - **phases**: the eager step taken apart, the GPU synchronised at every boundary: each
-  hop's sampling (row pointers and edge count, the picks, unique and relabel, edge ids and
-  block), the feature gather, each module's forward, the loss, each module's backward, the
-  optimizer. The sum exceeds an unsynchronised step (every phase waits for the GPU), but it
-  says which phase holds the time.
+  hop's sampling (row pointers and edge count, the picks with their sources and edge ids,
+  unique and relabel, the block), the feature gather, each module's forward, the loss,
+  each module's backward, the optimizer. The sum exceeds an unsynchronised step (every
+  phase waits for the GPU), but it says which phase holds the time.
 - **trace**: ``torch.profiler`` over unsynchronised steps of the trainer's own step
   (``SampledStep``, graphed or eager as ``--cuda-graph`` says, sampling ahead on its
   thread): kernel launches and graph replays per step, GPU kernel time per step by kind of
@@ -125,7 +125,7 @@ def timed_sampler(laps):
     def sample_block(*args, **kwargs):
         hop[0] += 1
         out = originals["sample_block"](*args, **kwargs)
-        laps.lap(f"sample hop {hop[0]}: edge ids, block")
+        laps.lap(f"sample hop {hop[0]}: block")
         return out
 
     sampler_module.block_indptr = wrap("block_indptr", "row pointers, edge count")

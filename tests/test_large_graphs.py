@@ -292,8 +292,11 @@ def test_staged_rows_are_index_select_and_refuse_what_they_cannot_read():
     index = torch.randint(0, table.shape[0], (int(torch.randint(0, 200, ())),))
     assert torch.equal(staged_rows(table, index), table[index])
     assert staged_rows(table, index[:0]).shape == (0, 6)
-    with pytest.raises(IndexError):
-        staged_rows(table, torch.tensor([table.shape[0]]))
+    weights = table.clone().requires_grad_()
+    assert torch.equal(staged_rows(weights, index), table[index])  # rows, no gradient
+    with pytest.raises(ValueError, match=rf"row ids must be in \[0, {table.shape[0]}\), got "
+                                         rf"ids from -1 to {table.shape[0]}"):
+        staged_rows(table, torch.tensor([0, table.shape[0], -1]))
     with pytest.raises(ValueError, match="index must be a 1-d tensor of integer row ids"):
         staged_rows(table, torch.tensor([0.0]))
     with pytest.raises(ValueError, match="table is on meta, but its rows go to cpu"):
@@ -475,20 +478,28 @@ def test_staged_rows_bring_host_rows_to_the_gpu_bit_for_bit(pin):
 
 
 @CUDA
+@pytest.mark.parametrize("pin", [True, False])
 @pytest.mark.parametrize("prefetch", [0, 2])
-def test_a_gpu_loader_given_host_features_hands_each_batch_its_rows(prefetch):
-    """Features in host memory reach each batch by staged_rows (a copy engine): the rows of
-    the batch's input nodes, whichever thread sampled it."""
+def test_a_gpu_loader_given_host_features_hands_each_batch_its_rows(prefetch, pin,
+                                                                     monkeypatch):
+    """Features in host memory, pinned or not, reach each batch by staged_rows (a copy
+    engine), one call a batch: the rows of the batch's input nodes, whichever thread
+    sampled it."""
+    from dgl_maxk.sampling import loader as loader_module
+    calls = []
+    monkeypatch.setattr(loader_module, "staged_rows",
+                        lambda *args: calls.append(1) or staged_rows(*args))
     graph = DeviceGraph.from_dgl(dgl.rand_graph(4000, 40000), "cuda")
-    features = pinned(torch.randn(4000, 9))
+    table = torch.randn(4000, 9)
+    features = pinned(table) if pin else table
     loader = NeighborLoader(graph, torch.arange(1500), NeighborSampler([5, 4]), 128, seed=5,
                             prefetch=prefetch, features=features)
     batches = 0
     for nodes, _, _, rows in loader:
         assert rows.device.type == "cuda"
-        assert torch.equal(rows.cpu(), features[nodes.cpu()])
+        assert torch.equal(rows.cpu(), table[nodes.cpu()])
         batches += 1
-    assert batches == len(loader) == 12
+    assert batches == len(loader) == len(calls) == 12
 
 
 @CUDA

@@ -9,9 +9,10 @@ evaluation layer by layer.
 - ``ogbn-papers100M`` (:func:`load_ogbn_papers100m`) -- the real files, read without OGB
   (whose loader builds a DGL graph on the host): OGB's layout under the data root.
 
-The features stay in host memory (pinned when the device is a GPU, so that the GPU can read
-their rows directly: ``sampling.features: host``), the labels and masks too; nodes outside
-the splits have label -1 (papers100M labels only those).
+The features stay in host memory (pinned when the device is a GPU, whence the loader copies
+each batch's rows over, and the GPU reads rows directly in layer-wise evaluation:
+``sampling.features: host``), the labels and masks too; nodes outside the splits have label
+-1 (papers100M labels only those).
 """
 from __future__ import annotations
 

@@ -33,11 +33,8 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     torch.Size([2, 16])
     """
     check_rows(table, index)
-    if checks_enabled() and not tracing() and index.numel():
-        low, high = torch.stack([index.min(), index.max()]).tolist()
-        if low < 0 or high >= table.shape[0]:
-            raise ValueError(f"row ids must be in [0, {table.shape[0]}), got ids from {low} "
-                             f"to {high}")
+    if not tracing():
+        check_ids(index, table.shape[0])
     return library.gather_rows(table, index.to(torch.int64))
 
 
@@ -56,7 +53,8 @@ def staged_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     ----------
     table : Tensor (N, ...), in host memory
     index : Tensor (M,), integers
-        Row ids in ``[0, N)`` (torch checks them on the host), on any device
+        Row ids in ``[0, N)``, on any device: checked outside ``dgl_maxk.input_checks(False)``
+        (on the host, where they go anyway)
 
     Example
     -------
@@ -68,12 +66,24 @@ def staged_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     if table.device.type != "cpu":
         raise ValueError(f"staged_rows takes a table in host memory, got one on {table.device}")
     ids = index.to("cpu", torch.int64)
+    check_ids(ids, table.shape[0])
+    table = table.detach()  # rows of input features: no gradient (out= refuses one)
     if index.device.type == "cpu":
         return torch.index_select(table, 0, ids)
     rows = torch.empty((ids.numel(),) + table.shape[1:], dtype=table.dtype, pin_memory=True)
     torch.index_select(table, 0, ids, out=rows)
     # torch's host allocator keeps the pinned rows until the copy has read them
     return rows.to(index.device, non_blocking=True)
+
+
+def check_ids(index: torch.Tensor, num_rows: int) -> None:
+    """A ValueError unless the row ids ``index`` are in ``[0, num_rows)`` (a read back to the
+    host for a GPU index); nothing inside ``dgl_maxk.input_checks(False)``."""
+    if checks_enabled() and index.numel():
+        low, high = torch.stack([index.min(), index.max()]).tolist()
+        if low < 0 or high >= num_rows:
+            raise ValueError(f"row ids must be in [0, {num_rows}), got ids from {low} to "
+                             f"{high}")
 
 
 def check_rows(table, index) -> None:

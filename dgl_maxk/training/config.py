@@ -165,9 +165,10 @@ class SamplingConfig(_Section):
                             "throughput, MaxK and ReLU (docs/performance.md)")
     features: Literal["device", "host"] = Field(
         "device", description="where the input features stay: device (its memory) or host "
-                              "(host memory, each batch's rows gathered by the CPU and "
-                              "carried over by a copy engine: features larger than the "
-                              "GPU's memory)")
+                              "(pinned host memory, for features larger than the GPU's "
+                              "memory: the device sampler's loader gathers each batch's rows "
+                              "on the CPU and a copy engine carries them over; with sampler "
+                              "dgl the GPU reads them)")
     inference: Literal["auto", "graph", "layerwise"] = Field(
         "auto", description="evaluation: graph (one forward over the whole graph), "
                             "layerwise (a layer at a time over batches of nodes with all "

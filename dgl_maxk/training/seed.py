@@ -177,9 +177,10 @@ class _SeedRun:
 
 
 def _placed_features(features, device, host: bool):
-    """The features on ``device``, or with ``host`` in host memory (pinned for a GPU, which
-    then reads each batch's rows directly), padded there already (aligned_features), so that
-    the trainer's padding keeps the pinned rows."""
+    """The features on ``device``, or with ``host`` in host memory (pinned for a GPU: the
+    device sampler's loader copies each batch's rows from there, DGL's sampler's batches and
+    the layer-wise evaluation have the GPU read them), padded there already
+    (aligned_features), so that the trainer's padding keeps the pinned rows."""
     if not host:
         return features.to(device)
     rows = aligned_features(features.cpu())

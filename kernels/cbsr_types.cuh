@@ -2,8 +2,9 @@
 // ELEM_BYTES defines its default before including this one):
 //   idx_t, a CBSR column index (IDX_BYTES 1: uint8 for widths up to 256, 2: uint16 for
 //   widths up to 32768), read as an int by IDX_TO_INT;
-//   raw_t, the bits of one feature value (ELEM_BYTES 4: fp32, 2: fp16 or bf16), for kernels
-//   that compare or move values without doing arithmetic on them;
+//   raw_t, the bits of one feature value (ELEM_BYTES 4: fp32, 2: fp16 or bf16, IS_BF16 1 for
+//   bf16), for kernels that compare or move values without doing arithmetic on them, and
+//   is_nan_bits, whether such bits are a NaN;
 //   word_t, the unit a thread loads at a time (WORD_BYTES 16, 8, 4, 2 or 1), for kernels
 //   that stream raw bytes.
 
@@ -28,6 +29,17 @@ typedef unsigned int raw_t;
 #else
 typedef unsigned short raw_t;
 #endif
+
+// Whether the raw bits of one value (in the low ELEM_BYTES bytes) are a NaN.
+__device__ __forceinline__ bool is_nan_bits(unsigned int bits) {
+#if ELEM_BYTES == 4
+    return (bits & 0x7fffffffu) > 0x7f800000u;
+#elif IS_BF16
+    return (bits & 0x7fffu) > 0x7f80u;
+#else
+    return (bits & 0x7fffu) > 0x7c00u;
+#endif
+}
 #endif
 
 #ifdef WORD_BYTES

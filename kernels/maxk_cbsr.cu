@@ -98,15 +98,10 @@ __device__ __forceinline__ unsigned int key_of(unsigned int bits) {
 #if ELEM_BYTES == 4
     const unsigned int flip = (unsigned int)((int)bits >> 31) | 0x80000000u;
     const unsigned int key = bits == 0x80000000u ? 0x80000000u : bits ^ flip;
-    return (bits & 0x7fffffffu) > 0x7f800000u ? 0xffffffffu : key;
+    return is_nan_bits(bits) ? 0xffffffffu : key;
 #else
-#if IS_BF16
-    const bool nan = (bits & 0x7fffu) > 0x7f80u;
-#else
-    const bool nan = (bits & 0x7fffu) > 0x7c00u;
-#endif
     const unsigned int key = bits == 0x8000u ? 0x8000u : bits ^ ((bits & 0x8000u) ? 0xffffu : 0x8000u);
-    return nan ? 0xffffu : key;
+    return is_nan_bits(bits) ? 0xffffu : key;
 #endif
 }
 

@@ -45,16 +45,6 @@ __device__ __forceinline__ void parts_of(const word_t& v, unsigned int (&p)[4]) 
 #endif
 }
 
-__device__ __forceinline__ bool is_nan(unsigned int bits) {
-#if ELEM_BYTES == 4
-    return (bits & 0x7fffffffu) > 0x7f800000u;
-#elif IS_BF16
-    return (bits & 0x7fffu) > 0x7f80u;
-#else
-    return (bits & 0x7fffu) > 0x7c00u;
-#endif
-}
-
 // NaN among word w's elements (flat positions w * PER_WORD + e): count and the lowest
 // position.
 __device__ __forceinline__ void scan_word(const word_t& v, long long w, unsigned int& count,
@@ -68,7 +58,7 @@ __device__ __forceinline__ void scan_word(const word_t& v, long long w, unsigned
 #else
         const unsigned int bits = (e & 1) ? parts[e >> 1] >> 16 : parts[e >> 1] & 0xffffu;
 #endif
-        if (is_nan(bits)) {
+        if (is_nan_bits(bits)) {
             ++count;
             first = min(first, w * PER_WORD + e);
         }

@@ -323,7 +323,7 @@ def bench_minibatch_code(data: dict) -> list:
         ("--feature-memory", args["feature_memory"]), ("--cuda-graph", args.get("cuda_graph")),
         ("--prefetch", args.get("prefetch")), ("--batch-size", args["batch_size"]),
         ("--fanouts", args["fanouts"]), ("--steps", args["steps"]),
-        ("--passes", args.get("passes") if args.get("passes", 1) > 1 else None),
+        ("--passes", _passes(data) if _passes(data) > 1 else None),
         ("--warmup", args["warmup"]), ("--breakdown", args["breakdown"]),
         ("--precision", args["precision"])], "OUT"),
         f"cp OUT/minibatch.json benchmarks/{data['file']}")

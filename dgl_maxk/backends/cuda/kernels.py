@@ -244,10 +244,8 @@ def sample_edges(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
                  graph_edge_ids: Optional[torch.Tensor], dst: torch.Tensor,
                  block_indptr: torch.Tensor, draws: Optional[torch.Tensor], num_edges: int,
                  fanout: int):
-    """(source ids in the graph's dtype, edge ids int64 or None) of the sampled in-edges."""
-    for name, ids in (("sources", graph_indices), ("edge ids", graph_edge_ids)):
-        if ids is not None and ids.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"the graph's {name} must be int32 or int64, got {ids.dtype}")
+    """(source ids in the graph's dtype, edge ids int64 or None) of the sampled in-edges
+    (int32 or int64 ids, as :class:`~dgl_maxk.sampling.DeviceGraph` checks them)."""
     sources = torch.empty(num_edges, dtype=graph_indices.dtype, device=dst.device)
     edge_ids = (None if graph_edge_ids is None else
                 torch.empty(num_edges, dtype=torch.int64, device=dst.device))

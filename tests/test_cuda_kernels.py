@@ -14,7 +14,7 @@ import torch
 
 from dgl_maxk import backends, ops
 from dgl_maxk.backends import cuda, reference
-from dgl_maxk.backends.cuda import launch
+from dgl_maxk.backends.cuda import kernels as cuda_kernels, launch
 from dgl_maxk.sampling.sampler import block_indptr
 from dgl_maxk.sparse import GraphPlan, index_dtype
 
@@ -718,21 +718,28 @@ def test_sample_edges_match_reference(fanout, index_dtype_, eid_dtype):
 @pytest.mark.parametrize("dtype, shape", [(torch.float32, (128,)), (torch.float32, (3,)),
                                           (torch.uint8, (32,)), (torch.float16, (5, 3)),
                                           (torch.int64, ())])
-def test_gather_rows_reads_pinned_host_rows_from_the_gpu(dtype, shape):
-    """The GPU reads the rows of a pinned host table directly: index_select's rows, bit for
-    bit, for rows of whole 16-byte words and odd widths, a table starting off a word
-    boundary, repeated and unordered ids; device tables and unpinned host tables take the
-    reference, with the same rows."""
+def test_gather_rows_reads_device_and_pinned_host_rows(dtype, shape, monkeypatch):
+    """The kernel reads the rows of a device table and, directly, of a pinned host table:
+    index_select's rows, bit for bit, for rows of whole 16-byte words and odd widths, a
+    table starting off a word boundary, repeated and unordered ids; unpinned host tables
+    take the reference, with the same rows."""
     seed = fresh_seed()
     table = (torch.randn((5001,) + shape) * 100).to(dtype)
     index = torch.randint(0, 5000, (3001,), device=DEV)
-    for host in (table.pin_memory(), table.pin_memory()[1:]):
+    launches = []
+    kernel = cuda_kernels.gather_rows
+    monkeypatch.setattr(cuda_kernels, "gather_rows",
+                        lambda *args: launches.append(1) or kernel(*args))
+    stored_tables = (table.pin_memory(), table.pin_memory()[1:], table.to(DEV),
+                     table.to(DEV)[1:])
+    for stored in stored_tables:
         poison()
-        got = cuda.gather_rows(host, index)
-        want = host.index_select(0, index.cpu()).to(DEV)
+        got = cuda.gather_rows(stored, index)
+        want = stored.index_select(0, index.to(stored.device)).to(DEV)
         assert got.device == index.device and torch.equal(got, want), seed
-    for other in (table, table.to(DEV)):
-        assert torch.equal(cuda.gather_rows(other, index), table[index.cpu()].to(DEV)), seed
+    assert len(launches) == len(stored_tables)
+    assert torch.equal(cuda.gather_rows(table, index), table[index.cpu()].to(DEV)), seed
+    assert len(launches) == len(stored_tables)  # an unpinned host table: the reference
     assert cuda.gather_rows(table.pin_memory(), index[:0]).shape == (0,) + shape
 
 

@@ -13,10 +13,10 @@ from ..sparse import checks_enabled
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``table[index]`` on the index's device, through the operator
-    ``torch.ops.dgl_maxk.gather_rows``. A table in pinned host memory (:func:`pinned`) with
-    an index on a GPU is read by that GPU directly, on torch's current stream, without host
-    work; otherwise torch's ``index_select`` (a host table that is not pinned is gathered on
-    the host, then copied).
+    ``torch.ops.dgl_maxk.gather_rows``. On a GPU, dgl_maxk's row gather kernel reads the rows
+    of a table in its memory or, directly, in pinned host memory (:func:`pinned`), on torch's
+    current stream, without host work; otherwise torch's ``index_select`` (a host table that
+    is not pinned is gathered on the host, then copied).
 
     Parameters
     ----------

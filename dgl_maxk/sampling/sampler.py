@@ -267,10 +267,13 @@ def _relabel(dst, neighbours):
     n = dst.numel()
     nodes, inverse = torch.unique(torch.cat([dst.to(neighbours.dtype), neighbours]),
                                   return_inverse=True)
+    # index_copy_ and index_select, not indexing syntax, whose tensor indices cost more of
+    # the host's time (the sampler is host-bound). rank: each distinct node's position
+    # among dst, or -1 for the new sources, then their positions after dst.
     rank = torch.full((nodes.numel(),), -1, dtype=torch.int64, device=dst.device)
-    rank[inverse[:n]] = torch.arange(n, device=dst.device)
+    rank.index_copy_(0, inverse[:n], torch.arange(n, device=dst.device))
     new = rank < 0
-    rank = torch.where(new, n + torch.cumsum(new, 0) - 1, rank)
+    rank = torch.where(new, torch.cumsum(new, 0).add_(n - 1), rank)
     src_nodes = torch.empty(nodes.shape, dtype=torch.int64, device=dst.device)
-    src_nodes[rank] = nodes.long()
-    return src_nodes, rank[inverse[n:]]
+    src_nodes.index_copy_(0, rank, nodes.long())
+    return src_nodes, rank.index_select(0, inverse[n:])

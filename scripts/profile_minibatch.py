@@ -111,8 +111,7 @@ class Laps:
 def timed_sampler(laps):
     """Wrap the sampler's internals so that each hop's parts lap under their names; returns
     a function that undoes it."""
-    originals = {n: getattr(sampler_module, n) for n in ("block_indptr", "_relabel",
-                                                        "sample_block")}
+    originals = {n: getattr(sampler_module, n) for n in ("_block_rows", "sample_block")}
     hop = [0]
 
     def wrap(name, label):
@@ -125,11 +124,10 @@ def timed_sampler(laps):
     def sample_block(*args, **kwargs):
         hop[0] += 1
         out = originals["sample_block"](*args, **kwargs)
-        laps.lap(f"sample hop {hop[0]}: block")
+        laps.lap(f"sample hop {hop[0]}: picks, relabel, block")
         return out
 
-    sampler_module.block_indptr = wrap("block_indptr", "row pointers, edge count")
-    sampler_module._relabel = wrap("_relabel", "picks, unique, relabel")
+    sampler_module._block_rows = wrap("_block_rows", "row pointers")
     sampler_module.sample_block = sample_block
 
     def undo():

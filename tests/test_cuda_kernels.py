@@ -715,6 +715,55 @@ def test_sample_edges_match_reference(fanout, index_dtype_, eid_dtype):
     assert torch.equal(got_src, g_indices[got_eid]), seed
 
 
+@pytest.mark.parametrize("num_nodes", [10, 3001, 200_000])
+@pytest.mark.parametrize("index_dtype_", [torch.int32, torch.int64])
+def test_relabel_sources_match_reference(num_nodes, index_dtype_):
+    """The hash-table relabelling gives the reference's source nodes and local ids: sources
+    that repeat many times (10 nodes) or rarely, that are destination nodes or new, a block
+    whose rows hold nothing, and room past the edge count holding ids that must be skipped;
+    n not a multiple of the block."""
+    seed = fresh_seed()
+    n = min(1001, num_nodes)
+    dst = torch.randperm(num_nodes, device=DEV)[:n]
+    degrees = torch.randint(0, 8, (n,), device=DEV)
+    degrees[torch.randperm(n, device=DEV)[:n // 3]] = 0
+    indptr = torch.zeros(n + 1, dtype=torch.int64, device=DEV)
+    torch.cumsum(degrees, 0, out=indptr[1:])
+    num_edges = int(indptr[-1])
+    capacity = num_edges + 777
+    poison()
+    sources = torch.randint(0, num_nodes, (capacity,), device=DEV, dtype=index_dtype_)
+    src_nodes, local, counts = cuda_kernels.relabel_sources(dst, sources, indptr)
+    want_nodes, want_local = reference.relabel_sources(dst, sources[:num_edges])
+    assert counts.tolist() == [num_edges, want_nodes.numel()], seed
+    assert torch.equal(src_nodes[:want_nodes.numel()], want_nodes), seed
+    assert torch.equal(local[:num_edges], want_local), seed
+    assert torch.equal(want_nodes[want_local], sources[:num_edges].long()), seed
+    empty = torch.zeros(n + 1, dtype=torch.int64, device=DEV)
+    src_nodes, _, counts = cuda_kernels.relabel_sources(dst, sources, empty)
+    assert counts.tolist() == [0, n] and torch.equal(src_nodes[:n], dst), seed
+
+
+@pytest.mark.parametrize("fanout", [1, 5, 15])
+def test_sample_block_edges_match_reference(fanout):
+    """A block sampled into room for the most the fan-out allows is the reference's block
+    (exact sizes, the same source nodes, local ids and edge ids) from the same draws."""
+    seed = fresh_seed()
+    n = 2000
+    degrees = torch.randint(0, 30, (n,))
+    degrees[torch.randperm(n)[:3]] = 3000
+    g_indptr, g_indices = _in_edge_csr(degrees, torch.int32)
+    eids = torch.randperm(g_indices.numel(), device=DEV)
+    dst = torch.randperm(n, device=DEV)[:777]
+    b_indptr, _ = block_indptr(g_indptr, dst, fanout)
+    draws = torch.rand(dst.numel(), fanout, dtype=torch.float64, device=DEV)
+    args = (g_indptr, g_indices, eids, dst, b_indptr, dst.numel() * fanout, fanout, draws)
+    got = cuda.sample_block_edges(*args)
+    want = reference.sample_block_edges(*args)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype == torch.int64 and torch.equal(g, w), seed
+
+
 @pytest.mark.parametrize("dtype, shape", [(torch.float32, (128,)), (torch.float32, (3,)),
                                           (torch.uint8, (32,)), (torch.float16, (5, 3)),
                                           (torch.int64, ())])

@@ -242,6 +242,22 @@ def test_sampled_blocks_are_subgraphs_of_the_graph(kind, fanouts, device):
     check_sample(result, in_neighbours(g), seeds, fanouts)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_new_sources_are_numbered_by_their_first_edge(device):
+    """A block's source nodes are its destination nodes, then the other neighbours in the
+    order of their first edge (DGL's to_block numbering), on either backend."""
+    g = dgl.rand_graph(300, 4000)
+    graph = DeviceGraph.from_dgl(g, device)
+    seeds = torch.randperm(300)[:25].to(device)
+    _, _, blocks = NeighborSampler([6, 4]).sample(graph, seeds, generator(device))
+    for block in blocks:
+        n = block.num_dst_nodes()
+        sources = block.src_nodes[block.plan.indices].tolist()
+        dst = block.src_nodes[:n].tolist()
+        expected = dst + [v for v in dict.fromkeys(sources) if v not in set(dst)]
+        assert block.src_nodes.tolist() == expected
+
+
 def test_hub_keeps_exactly_the_fanout():
     g, seeds = mixed_graph(80, hub_degree=70)
     neighbours = in_neighbours(g)

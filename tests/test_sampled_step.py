@@ -137,20 +137,24 @@ def test_a_model_over_padded_blocks_computes_the_real_rows_and_gradients(model_n
 
 
 def test_sized_padding_fits_like_batches_in_far_less_room_and_grows_for_larger_ones():
-    """Sized by a batch, the fixed blocks hold batches like it (a few percent larger or with
-    fewer edges) in far less room than the worst case where sampled neighbourhoods
-    overlap; a batch with far more nodes does not fit, and the grown batch holds both."""
+    """Sized by the batches seen (grown for each that did not fit, as the graphed step does),
+    the fixed blocks hold all of them in far less room than the worst case where sampled
+    neighbourhoods overlap; a batch with far more nodes does not fit, and the grown batch
+    holds both."""
     n, fanouts, batch_size = 3000, [5, 4, 3], 64
     graph = _regular_graph(n, 6)  # batches alike (rows without in-edges vary them more)
-    blocks, x, y = _batch(graph, fanouts, batch_size)
+    seen = [_batch(graph, fanouts, batch_size) for _ in range(9)]
+    blocks, x, y = seen[0]
     sized = _padded(fanouts, batch_size, 10 * n, blocks, x, y)
+    for batch in seen[1:]:
+        sized = sized if sized.fits(*batch) else sized.grown(batch[0])
+    assert all(sized.fits(*batch) for batch in seen)
     bounds = _bounds(fanouts, batch_size, 10 * n)  # the most the fan-outs allow
     worst_edges = [dst * f for (dst, _), f in zip(bounds, fanouts)]
     assert sum(sized.edge_cap) < sum(worst_edges)
     assert sized.src_cap[0] < 0.8 * bounds[0][1]
     assert all(e <= w for e, w in zip(sized.edge_cap, worst_edges))
     assert all(r <= dst for r, (dst, _) in zip(sized.dst_real, bounds))
-    assert all(sized.fits(*_batch(graph, fanouts, batch_size)) for _ in range(8))
     # a graph ten times larger: the neighbourhoods hardly overlap, so more source nodes
     wide, xw, yw = _batch(_regular_graph(10 * n, 6), fanouts, batch_size)
     assert wide[0].num_src_nodes() > 1.2 * blocks[0].num_src_nodes()

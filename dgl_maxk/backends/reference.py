@@ -253,6 +253,35 @@ def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
             None if graph_edge_ids is None else graph_edge_ids[positions].long())
 
 
+def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
+                       capacity: int, fanout: int, draws):
+    """(src_nodes, local ids, edge ids) of the block whose rows ``block_indptr`` gives:
+    :func:`sample_edges`' picks, relabelled by :func:`relabel_sources`. ``capacity`` bounds
+    the edge count for backends that size the block before counting it; here it is
+    counted."""
+    num_edges = int(block_indptr[-1])
+    sources, edge_ids = sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
+                                     block_indptr, num_edges, fanout, draws)
+    src_nodes, local = relabel_sources(dst, sources)
+    return src_nodes, local, edge_ids
+
+
+def relabel_sources(dst, neighbours):
+    """(src_nodes, local ids of ``neighbours``), int64: a block's source nodes are ``dst``
+    (distinct) in its order, then the other neighbours in the order of their first
+    appearance, as DGL's ``to_block`` numbers them."""
+    n = dst.numel()
+    nodes, inverse = torch.unique(torch.cat([dst.to(neighbours.dtype), neighbours]),
+                                  return_inverse=True)
+    positions = torch.arange(inverse.numel(), device=dst.device)
+    first = torch.full((nodes.numel(),), inverse.numel(), dtype=torch.int64,
+                       device=dst.device).scatter_reduce_(0, inverse, positions, "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(),
+                                                                   device=dst.device))
+    return nodes[order].long(), rank[inverse[n:]]
+
+
 def sample_neighbors(graph_indptr, dst, block_indptr, num_edges: int, fanout: int, draws):
     """The sampled in-edges of each node of ``dst`` as positions (int64) in the graph's
     in-edge CSR ``graph_indptr``, in the order of the block's CSR ``block_indptr``

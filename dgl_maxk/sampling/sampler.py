@@ -1,9 +1,11 @@
 """Uniform neighbour sampling without replacement, in torch, on the device of the graph.
 
-The in-edges of each row are picked by ``sample_edges`` of the tensors' backend (one CUDA
-kernel, or the pure-torch reference) at positions in the graph's CSR, where it reads the
-block's source nodes and its edges' ids in the graph. Each layer's block costs two reads
-back to the host (its edge count and its number of source nodes, which size its tensors);
+The in-edges of each row are picked by the tensors' backend (CUDA kernels, or the pure-torch
+reference) at positions in the graph's CSR, where it reads the block's source nodes and its
+edges' ids in the graph, and relabelled: the block's source nodes are its destination nodes,
+then the other neighbours in the order of their first edge, as DGL's ``to_block`` numbers
+them. On the GPU the picks go into room for the most the fan-out allows, so that a block
+costs one read back to the host (its edge and source node counts, which size its tensors);
 everything else stays on the device. The result is that of DGL's ``NeighborSampler`` with
 ``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
 in-neighbours, each subset of that size equally likely. The random streams differ from DGL's.
@@ -232,11 +234,16 @@ def row_ranges(indptr, max_edges: int, max_rows: int | None = None) -> list:
 def block_indptr(graph_indptr, dst, fanout: int):
     """(indptr, num_edges): the CSR row pointers of the block of ``dst`` in the graph of
     in-edge row pointers ``graph_indptr``, min(in-degree, ``fanout``) entries a row (all for
-    -1). The edge count is read back to the host (it sizes the block)."""
+    -1), and its edge count, read back to the host."""
+    indptr = _block_rows(graph_indptr, dst, fanout)
+    return indptr, int(indptr[-1])
+
+
+def _block_rows(graph_indptr, dst, fanout: int):
     count = backends.for_tensor(dst).block_degrees(graph_indptr, dst, fanout)
     indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(count, 0, out=indptr[1:])
-    return indptr, int(indptr[-1])
+    return indptr
 
 
 def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=None,
@@ -245,35 +252,18 @@ def sample_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=N
     ``graph_degrees``, its sources keep their out-degrees in the graph
     (``SampledBlock(src_out_degrees=...)``)."""
     n = dst.numel()
-    indptr, num_edges = block_indptr(graph.indptr, dst, fanout)
+    indptr = _block_rows(graph.indptr, dst, fanout)
     # a fan-out above every in-degree takes all in-edges: nothing to draw (n x fanout draws
     # would cost memory in proportion to the fan-out, not to the degrees)
     picked = fanout if 0 < fanout <= graph.max_in_degree else -1
     draws = (torch.rand(n, picked, dtype=torch.float64, device=dst.device, generator=generator)
              if picked > 0 else None)
-    sources, edge_ids = backends.for_tensor(dst).sample_edges(
-        graph.indptr, graph.indices, graph.edge_ids, dst, indptr, num_edges, picked, draws)
-    src_nodes, local = _relabel(dst, sources)
+    # room for the most the fan-out allows, so that the block's sizes come back to the host
+    # in one read; all in-edges (-1) are counted first, as hubs would make that room vast
+    capacity = (n * min(fanout, graph.max_in_degree) if fanout > 0
+                else int(indptr[-1]))
+    src_nodes, local, edge_ids = backends.for_tensor(dst).sample_block_edges(
+        graph.indptr, graph.indices, graph.edge_ids, dst, indptr, capacity, picked, draws)
     return SampledBlock(indptr, local, src_nodes, n,
                         max_in_degree=fanout if fanout > 0 else None, edge_ids=edge_ids,
                         src_out_degrees=graph.out_degrees[src_nodes] if graph_degrees else None)
-
-
-def _relabel(dst, neighbours):
-    """(src_nodes, local ids of ``neighbours``), int64: the block's source nodes are ``dst``
-    in its order, then the other neighbours by increasing global id. The ids are sorted in
-    the dtype of ``neighbours`` (the graph's indices): int32 keys take half the radix passes
-    of int64 ones."""
-    n = dst.numel()
-    nodes, inverse = torch.unique(torch.cat([dst.to(neighbours.dtype), neighbours]),
-                                  return_inverse=True)
-    # index_copy_ and index_select, not indexing syntax, whose tensor indices cost more of
-    # the host's time (the sampler is host-bound). rank: each distinct node's position
-    # among dst, or -1 for the new sources, then their positions after dst.
-    rank = torch.full((nodes.numel(),), -1, dtype=torch.int64, device=dst.device)
-    rank.index_copy_(0, inverse[:n], torch.arange(n, device=dst.device))
-    new = rank < 0
-    rank = torch.where(new, torch.cumsum(new, 0).add_(n - 1), rank)
-    src_nodes = torch.empty(nodes.shape, dtype=torch.int64, device=dst.device)
-    src_nodes.index_copy_(0, rank, nodes.long())
-    return src_nodes, rank.index_select(0, inverse[n:])

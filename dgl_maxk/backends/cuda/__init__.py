@@ -37,7 +37,8 @@ from .runtime import available
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_gather", "cbsr_spgemm", "cbsr_sspmm",
            "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
            "layer_norm_backward_cbsr",
-           "block_degrees", "sample_edges", "gather_rows", "nan_counters", "launch"]
+           "block_degrees", "sample_edges", "sample_block_edges", "gather_rows", "nan_counters",
+           "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -212,6 +213,25 @@ def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
     return kernels.sample_edges(graph_indptr, graph_indices.contiguous(),
                                 None if graph_edge_ids is None else graph_edge_ids.contiguous(),
                                 dst.contiguous(), block_indptr, draws, num_edges, fanout)
+
+
+def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
+                       capacity: int, fanout: int, draws):
+    """The reference's block (the same source nodes, local ids and edge ids) in three
+    kernels, four launches and one read back to the host, of its two sizes: the edges are
+    picked into room for ``capacity`` of them (at least ``block_indptr[-1]``, not read) and
+    relabelled through a hash table (``kernels/relabel_sources.cu``), in place of
+    ``torch.unique``'s sort and the dozen torch calls around it."""
+    if fanout > launch.option("sample_neighbors", "max_fanout") or not dst.numel():
+        return reference.sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
+                                            block_indptr, capacity, fanout, draws)
+    dst = dst.contiguous()
+    sources, edge_ids = sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
+                                     block_indptr, capacity, fanout, draws)
+    src_nodes, local, counts = kernels.relabel_sources(dst, sources, block_indptr)
+    num_edges, num_src = counts.tolist()
+    return (src_nodes[:num_src], local[:num_edges],
+            None if edge_ids is None else edge_ids[:num_edges])
 
 
 def nan_counters(x):

@@ -266,6 +266,38 @@ def sample_edges(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
     return sources, edge_ids
 
 
+def relabel_sources(dst: torch.Tensor, sources: torch.Tensor, block_indptr: torch.Tensor):
+    """(src_nodes, local, counts) of a sampled block whose edges' sources (int32 or int64)
+    fill ``sources`` up to ``block_indptr[-1]`` (the rest is room, ignored): the source nodes
+    (``dst``, then the new ones in the order of their first edge) and each edge's local id
+    (int64), valid up to ``counts`` = [edges, source nodes] (int64, on the device)."""
+    n, capacity = dst.numel(), sources.numel()
+    src_nodes = torch.empty(n + capacity, dtype=torch.int64, device=dst.device)
+    local = torch.empty(capacity, dtype=torch.int64, device=dst.device)
+    counts = torch.empty(2, dtype=torch.int64, device=dst.device)
+    # at most half the slots are taken: short probes
+    log2_slots = max(1, (2 * (n + capacity) - 1).bit_length())
+    table = torch.full((2 << log2_slots,), -1, dtype=torch.int64, device=dst.device)
+    new_rank = torch.empty(capacity, dtype=torch.int64, device=dst.device)
+    _, threads = heuristics.sample_config()
+    defines = {"SRC_BYTES": sources.element_size()}
+    positions = -(-(n + capacity) // threads)
+    common = (i64(n), i64(capacity), i32(log2_slots))
+    launch(kernel("relabel_sources", "relabel_insert", defines, dst.device.index), positions,
+           threads, (ptr(dst), ptr(sources), ptr(block_indptr), ptr(table)) + common, 0,
+           dst.device)
+    if capacity:
+        launch(kernel("relabel_sources", "relabel_flags", defines, dst.device.index),
+               -(-capacity // threads), threads,
+               (ptr(sources), ptr(block_indptr), ptr(table), ptr(new_rank)) + common, 0,
+               dst.device)
+        new_rank.cumsum_(0)
+    launch(kernel("relabel_sources", "relabel_assign", defines, dst.device.index), positions,
+           threads, (ptr(dst), ptr(sources), ptr(block_indptr), ptr(table), ptr(new_rank),
+                     ptr(src_nodes), ptr(local), ptr(counts)) + common, 0, dst.device)
+    return src_nodes, local, counts
+
+
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Rows ``index`` (int64, on the GPU) of ``table`` (contiguous; device memory or pinned
     host memory, read through its device pointer) on the index's GPU."""

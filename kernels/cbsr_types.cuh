@@ -6,7 +6,8 @@
 //   bf16), for kernels that compare or move values without doing arithmetic on them, and
 //   is_nan_bits, whether such bits are a NaN;
 //   word_t, the unit a thread loads at a time (WORD_BYTES 16, 8, 4, 2 or 1), for kernels
-//   that stream raw bytes.
+//   that stream raw bytes;
+//   src_t, a graph's node id as the sampling kernels read it (SRC_BYTES 4: int32, 8: int64).
 
 #ifndef CBSR_TYPES_CUH
 #define CBSR_TYPES_CUH
@@ -53,6 +54,14 @@ typedef unsigned int word_t;
 typedef unsigned short word_t;
 #else
 typedef unsigned char word_t;
+#endif
+#endif
+
+#ifdef SRC_BYTES
+#if SRC_BYTES == 4
+typedef int src_t;
+#else
+typedef long long src_t;
 #endif
 #endif
 

@@ -21,32 +21,28 @@
 #define SRC_BYTES 4
 #endif
 
-#if SRC_BYTES == 4
-typedef int src_t;
-#else
-typedef long long src_t;
-#endif
+#include "cbsr_types.cuh"
 
-typedef unsigned long long word_t;
-#define EMPTY_WORD (~0ULL)
+typedef unsigned long long table_t;
+#define EMPTY_SLOT (~0ULL)
 
 // Fibonacci hashing: the top bits of the id times 2^64 / phi spread consecutive ids.
-__device__ __forceinline__ long long first_slot(word_t node, int log2_slots) {
+__device__ __forceinline__ long long first_slot(table_t node, int log2_slots) {
     return (long long)((node * 0x9E3779B97F4A7C15ULL) >> (64 - log2_slots));
 }
 
 // The slot of `node`, claimed if it is not in the table yet (the table has room: the caller
 // sizes it to at least twice the positions).
-__device__ __forceinline__ long long claim(word_t* table, word_t node, int log2_slots) {
+__device__ __forceinline__ long long claim(table_t* table, table_t node, int log2_slots) {
     long long mask = (1LL << log2_slots) - 1;
     for (long long s = first_slot(node, log2_slots);; s = (s + 1) & mask) {
-        word_t held = atomicCAS(&table[2 * s], EMPTY_WORD, node);
-        if (held == EMPTY_WORD || held == node) return s;
+        table_t held = atomicCAS(&table[2 * s], EMPTY_SLOT, node);
+        if (held == EMPTY_SLOT || held == node) return s;
     }
 }
 
 // The slot of `node`, which an earlier pass inserted.
-__device__ __forceinline__ long long find(const word_t* table, word_t node, int log2_slots) {
+__device__ __forceinline__ long long find(const table_t* table, table_t node, int log2_slots) {
     long long mask = (1LL << log2_slots) - 1;
     long long s = first_slot(node, log2_slots);
     while (table[2 * s] != node) s = (s + 1) & mask;
@@ -56,43 +52,43 @@ __device__ __forceinline__ long long find(const word_t* table, word_t node, int 
 // The node at position p, or false for room past the block's edges.
 __device__ __forceinline__ bool node_at(long long p, long long n, long long num_edges,
                                         const long long* dst, const src_t* sources,
-                                        word_t* node) {
-    if (p < n) { *node = (word_t)dst[p]; return true; }
+                                        table_t* node) {
+    if (p < n) { *node = (table_t)dst[p]; return true; }
     if (p - n >= num_edges) return false;
-    *node = (word_t)sources[p - n];
+    *node = (table_t)sources[p - n];
     return true;
 }
 
 extern "C" __global__ void relabel_insert(
     const long long* __restrict__ dst, const src_t* __restrict__ sources,
-    const long long* __restrict__ block_indptr, word_t* __restrict__ table, long long n,
+    const long long* __restrict__ block_indptr, table_t* __restrict__ table, long long n,
     long long capacity, int log2_slots)
 {
     long long p = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    word_t node;
+    table_t node;
     if (p >= n + capacity || !node_at(p, n, block_indptr[n], dst, sources, &node)) return;
     long long s = claim(table, node, log2_slots);
-    atomicMin(&table[2 * s + 1], (word_t)p);
+    atomicMin(&table[2 * s + 1], (table_t)p);
 }
 
 extern "C" __global__ void relabel_flags(
     const src_t* __restrict__ sources, const long long* __restrict__ block_indptr,
-    const word_t* __restrict__ table, long long* __restrict__ flags, long long n,
+    const table_t* __restrict__ table, long long* __restrict__ flags, long long n,
     long long capacity, int log2_slots)
 {
     long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (e >= capacity) return;
     bool first = false;
     if (e < block_indptr[n]) {
-        long long s = find(table, (word_t)sources[e], log2_slots);
-        first = table[2 * s + 1] == (word_t)(n + e);
+        long long s = find(table, (table_t)sources[e], log2_slots);
+        first = table[2 * s + 1] == (table_t)(n + e);
     }
     flags[e] = first;
 }
 
 extern "C" __global__ void relabel_assign(
     const long long* __restrict__ dst, const src_t* __restrict__ sources,
-    const long long* __restrict__ block_indptr, const word_t* __restrict__ table,
+    const long long* __restrict__ block_indptr, const table_t* __restrict__ table,
     const long long* __restrict__ new_rank, long long* __restrict__ src_nodes,
     long long* __restrict__ local, long long* __restrict__ counts, long long n,
     long long capacity, int log2_slots)
@@ -104,7 +100,7 @@ extern "C" __global__ void relabel_assign(
         counts[1] = n + (num_edges ? new_rank[num_edges - 1] : 0);
     }
     if (p < n) { src_nodes[p] = dst[p]; return; }
-    word_t node;
+    table_t node;
     if (p >= n + capacity || !node_at(p, n, num_edges, dst, sources, &node)) return;
     long long first = (long long)table[2 * find(table, node, log2_slots) + 1];
     long long id = first < n ? first : n + new_rank[first - n] - 1;

@@ -26,11 +26,8 @@
 #define EID_BYTES 0
 #endif
 
-#if SRC_BYTES == 4
-typedef int src_t;
-#else
-typedef long long src_t;
-#endif
+#include "cbsr_types.cuh"
+
 #if EID_BYTES == 8
 typedef long long eid_t;
 #else

@@ -240,6 +240,7 @@ def block_indptr(graph_indptr, dst, fanout: int):
 
 
 def _block_rows(graph_indptr, dst, fanout: int):
+    """The row pointers of :func:`block_indptr`, on the device (nothing read back)."""
     count = backends.for_tensor(dst).block_degrees(graph_indptr, dst, fanout)
     indptr = torch.zeros(dst.numel() + 1, dtype=torch.int64, device=dst.device)
     torch.cumsum(count, 0, out=indptr[1:])

@@ -217,10 +217,10 @@ def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
 
 def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
                        capacity: int, fanout: int, draws):
-    """The reference's block (the same source nodes, local ids and edge ids) in three
-    kernels, four launches and one read back to the host, of its two sizes: the edges are
-    picked into room for ``capacity`` of them (at least ``block_indptr[-1]``, not read) and
-    relabelled through a hash table (``kernels/relabel_sources.cu``), in place of
+    """The reference's block (the same source nodes, local ids and edge ids) in four
+    kernels and one read back to the host, of its two sizes: the edges are picked into room
+    for ``capacity`` of them (at least ``block_indptr[-1]``, not read) and relabelled in
+    three passes over a hash table (``kernels/relabel_sources.cu``), in place of
     ``torch.unique``'s sort and the dozen torch calls around it."""
     if fanout > launch.option("sample_neighbors", "max_fanout") or not dst.numel():
         return reference.sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst,

@@ -56,9 +56,42 @@ def _maxk_backward(ctx, grad_values, _grad_indices, _grad_counters):
 def maxk_cbsr(h: Tensor, k: int, count_nan: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(values, indices, counters): the k largest entries of each row of ``h`` as CBSR, and
     with ``count_nan`` the NaN counters of ``backends.reference.maxk_cbsr`` (else none)."""
+    return _top_k(h, k, count_nan)
+
+
+def _top_k(h: Tensor, k: int, count_nan: bool) -> tuple[Tensor, Tensor, Tensor]:
     counters = _counters(h, count_nan)
     values, indices = backends.for_tensor(h).maxk_cbsr(h, k, counters if count_nan else None)
     return values, indices, counters
+
+
+def _linear_maxk_fake(x, weight, bias, k, count_nan):
+    return _maxk_fake(x.new_empty((x.shape[0], weight.shape[0])), k, count_nan)
+
+
+def _linear_maxk_setup(ctx, inputs, output):
+    x, weight, bias = inputs[:3]
+    ctx.bias_dtype = bias.dtype
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _linear_maxk_backward(ctx, grad_values, *_):
+    x, weight, indices = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    # the dense gradient is made once, for the GEMMs; the bias's comes with it
+    grad_y, grad_bias = cbsr_to_dense_sums(grad_values, indices, weight.shape[0])
+    return (grad_y.mm(weight) if need[0] else None, grad_y.t().mm(x) if need[1] else None,
+            grad_bias.to(ctx.bias_dtype) if need[2] else None, None, None)
+
+
+@operator("linear_maxk", _linear_maxk_fake, _linear_maxk_setup, _linear_maxk_backward)
+def linear_maxk(x: Tensor, weight: Tensor, bias: Tensor, k: int,
+                count_nan: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(values, indices, counters): :func:`maxk_cbsr` of ``x @ weight.T + bias``, whose
+    backward takes the bias gradient from MaxK's k-sparse gradient as it makes it dense
+    (:func:`cbsr_to_dense_sums`), not from another pass over the dense rows."""
+    return _top_k(torch.addmm(bias, x, weight.t()), k, count_nan)
 
 
 def _counters(x: Tensor, count_nan: bool) -> Tensor:
@@ -145,6 +178,18 @@ def _to_dense_backward(ctx, grad):
 def cbsr_to_dense(values: Tensor, indices: Tensor, d: int) -> Tensor:
     """The dense rows (N x d, values' dtype) of CBSR (values, indices)."""
     return backends.for_tensor(values).cbsr_to_dense(values, indices, d)
+
+
+def _to_dense_sums_fake(values, indices, d):
+    acc = torch.float64 if values.dtype == torch.float64 else torch.float32
+    return values.new_empty((values.shape[0], d)), values.new_empty(d, dtype=acc)
+
+
+@operator("cbsr_to_dense_sums", _to_dense_sums_fake)
+def cbsr_to_dense_sums(values: Tensor, indices: Tensor, d: int) -> tuple[Tensor, Tensor]:
+    """(dense rows, column sums): :func:`cbsr_to_dense` and the sum of its rows (fp32;
+    float64 for float64 values) in the same pass."""
+    return backends.for_tensor(values).cbsr_to_dense_sums(values, indices, d)
 
 
 def _gather_fake(dense, indices):

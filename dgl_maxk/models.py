@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .nn import GINConv, GraphConv, LayerNorm, SAGEConv
-from .ops import linear, maxk
+from .ops import linear, linear_maxk, maxk
 from .sparse import CBSR, check_k, input_checks
 
 NONLINEARITIES = ("maxk", "relu")
@@ -57,15 +57,18 @@ class InputLinear(nn.Linear):
         return super().extra_repr() + (", padded_input=True" if self.padded_input else "")
 
     def forward(self, x):
+        return linear(x, self.weight_for(x), self.bias)
+
+    def weight_for(self, x):
+        """The weight for features ``x``: itself, or with zero columns for padded ones."""
         width, padded = x.shape[-1], aligned_width(self.in_features)
         if width != self.in_features and not (self.padded_input and width == padded):
             also = (f" (or {padded}: padded by aligned_features)"
                     if self.padded_input and padded != self.in_features else "")
             raise ValueError(f"features have width {width} but the model's lin_in expects "
                              f"{self.in_features}{also}")
-        weight = self.weight if width == self.in_features else F.pad(
+        return self.weight if width == self.in_features else F.pad(
             self.weight, (0, width - self.in_features))
-        return linear(x, weight, self.bias)
 
 
 class OutputLinear(nn.Linear):
@@ -163,9 +166,11 @@ class MaxKSAGE(MaxKGNN):
             for _ in range(num_layers))
 
     def forward(self, graph, feat):
-        h = self.lin_in(feat)
+        # whether h holds CBSR rows from an operator fused with their MaxK (lin_in's here,
+        # then a LayerNorm's)
+        fused = _fusable_linear(self.lin_in, self.layers[0].k, self.layers[0])
+        h = _linear_maxk(self.lin_in, feat, self.layers[0].k) if fused else self.lin_in(feat)
         last = len(self.layers) - 1
-        fused = False  # whether h holds CBSR rows from a LayerNorm fused with their MaxK
         for i, conv in enumerate(self.layers):
             g = self.layer_graph(graph, i)
             if self.k is None:
@@ -185,6 +190,24 @@ class MaxKSAGE(MaxKGNN):
 
     def layer_output(self, i, graph, x):
         return self.layers[i](graph, x)
+
+
+def _fusable_linear(linear, k, following=None) -> bool:
+    """Whether ``linear`` can run fused with a MaxK (``k``; None: ReLU) of its output, which
+    the module ``following`` (if any) would apply (:func:`_linear_maxk`): torch's Linear or
+    the model's own (not one a caller swapped in), with a bias, and no hooks, which the
+    fused call does not run, or which would see the dense output it never hands over."""
+    return (k is not None and type(linear) in (nn.Linear, InputLinear)
+            and linear.bias is not None
+            and not (linear._forward_hooks or linear._forward_pre_hooks
+                     or (following is not None and following._forward_pre_hooks)))
+
+
+def _linear_maxk(linear, x, k) -> CBSR:
+    """MaxK of ``linear(x)`` as one operator (:func:`dgl_maxk.ops.linear_maxk`: its backward
+    takes the bias gradient from MaxK's k-sparse gradient)."""
+    weight = linear.weight_for(x) if isinstance(linear, InputLinear) else linear.weight
+    return linear_maxk(x, k, weight, linear.bias)
 
 
 def _fusable(conv, following) -> bool:
@@ -211,9 +234,10 @@ class _LinearActDropConv(MaxKGNN):
 
     def forward(self, graph, feat):
         h = F.relu(self.lin_in(feat))
-        for i in range(self.num_layers):
-            x = self.drop(self.activate(self.linears[i](h)))
-            h = self.norms[i](self.convs[i](self.layer_graph(graph, i), x))
+        for i, lin in enumerate(self.linears):
+            x = (_linear_maxk(lin, h, self.k) if _fusable_linear(lin, self.k)
+                 else self.activate(lin(h)))
+            h = self.norms[i](self.convs[i](self.layer_graph(graph, i), self.drop(x)))
         return self.lin_out(h)
 
     def layer_input(self, i, h):

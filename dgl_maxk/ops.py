@@ -48,25 +48,50 @@ def maxk(h: torch.Tensor, k: int, *, check_nan: bool = True) -> CBSR:
     return maxk_checked(h, k, "maxk input" if check_nan else None)
 
 
-def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None, norm=None) -> CBSR:
+def maxk_checked(h: torch.Tensor, k: int, nan_name: str | None, norm=None,
+                 linear=None) -> CBSR:
     """:func:`maxk`, its NaN check naming the input ``nan_name`` (None: no NaN check); with
     ``norm`` = (weight, bias, eps), MaxK of the LayerNorm of ``h`` (:func:`layer_norm_maxk`;
-    the NaN check then reads the normalised rows)."""
+    the NaN check then reads the normalised rows); with ``linear`` = (weight, bias), MaxK of
+    ``h @ weight.T + bias`` (:func:`linear_maxk`; the check reads the Linear's output)."""
     check_features(nan_name or "maxk input", h, nan=False)
     if h.dim() != 2:
         raise ValueError(f"{nan_name or 'maxk input'} must be N x d, got shape "
                          f"{tuple(h.shape)}")
-    d = h.shape[1]
+    d = h.shape[1] if linear is None else linear[0].shape[0]
     k = check_k(k, d)
     index_dtype(d)  # rejects widths CBSR cannot index
     count = nan_name is not None and checks_enabled()  # counted as the top-k reads h
-    if norm is None:
+    if linear is not None:
+        values, indices, counters = library.linear_maxk(h, *linear, k, count)
+    elif norm is None:
         values, indices, counters = library.maxk_cbsr(h, k, count)
     else:
         values, indices, _, _, counters = library.layer_norm_maxk(h, *norm, k, count)
     if count:
-        check_nan_counters(nan_name, h.shape, counters)
+        check_nan_counters(nan_name, (h.shape[0], d), counters)
     return CBSR(values, indices, d, True)  # maxk's pattern is valid by construction
+
+
+def linear_maxk(x: torch.Tensor, k: int, weight: torch.Tensor, bias=None, *,
+                check_nan: bool = True) -> CBSR:
+    """``maxk(linear(x, weight, bias), k)`` as one operator, whose backward makes MaxK's
+    k-sparse gradient dense once, for the weight's GEMM, and takes the bias gradient from
+    the same pass (the two operators read the dense gradient again for it: one N x d pass
+    less). ``check_nan`` scans the Linear's output as :func:`maxk` does. Without a bias, for
+    input other than dense N x d, or under autocast: the two operators one after the other.
+
+    Example
+    -------
+    >>> lin = torch.nn.Linear(16, 32)
+    >>> linear_maxk(torch.randn(5, 16), 4, lin.weight, lin.bias).values.shape
+    torch.Size([5, 4])
+    """
+    name = "maxk input" if check_nan else None
+    if (x.dim() != 2 or x.layout != torch.strided or bias is None
+            or _autocast_enabled(x.device.type)):
+        return maxk_checked(linear(x, weight, bias), k, name)
+    return maxk_checked(x, k, name, linear=(weight, bias))
 
 
 def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,

@@ -7,6 +7,11 @@
 //   over them (k scattered stores a row into L2: H200, 233k rows of 256 fp32, k = 32, the
 //   STAGED rows took 0.100 ms against 0.129; k = 8, 0.096 against 0.101). Raw
 //   bits are copied, so it serves fp32, fp16 and bf16 alike. Also MaxK's backward.
+// cbsr_to_dense_sums: cbsr_to_dense of fp32 rows of whole float4 vectors (built in shared
+//   memory as STAGED does), on persistent warps that also add their rows up column by column
+//   into one row of partial sums each (the caller adds those rows up, in a fixed order): the
+//   column sums (a Linear's bias gradient, when the CBSR is MaxK's gradient of its output)
+//   without reading the dense rows again.
 // zero_rows: zeros over the listed rows of an N x d matrix (cbsr_spgemm's output rows that
 //   several warps add into), a warp a row.
 // cbsr_gather: the entries of a dense N x d matrix at a CBSR pattern (N x k; the gradient of
@@ -82,6 +87,44 @@ cbsr_to_dense(const raw_t* __restrict__ values, const idx_t* __restrict__ indice
     uint4* out_row = reinterpret_cast<uint4*>(out + row * (long long)d);
     for (int c = lane; c < vectors; c += 32) out_row[c] = staged[c];
 #endif
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+cbsr_to_dense_sums(const float* __restrict__ values, const idx_t* __restrict__ indices,
+                   float* __restrict__ out, float* __restrict__ part, long long n_rows, int d,
+                   int k) {
+    extern __shared__ float4 staged_sums[];  // WARPS rows of d floats (d % 4 == 0)
+    const int lane = threadIdx.x & 31;
+    const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const long long num_warps = (long long)gridDim.x * WARPS;
+    float* staged = reinterpret_cast<float*>(staged_sums) + (threadIdx.x >> 5) * d;
+    float4 acc[RV / 4];
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long row = warp; row < n_rows; row += num_warps) {
+        for (int c = lane * 4; c < d; c += 128)
+            *reinterpret_cast<float4*>(staged + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        __syncwarp();  // the zeros land before the values that overwrite some of them
+        const long long base = row * (long long)k;
+        for (int j = lane; j < k; j += 32) staged[IDX_TO_INT(indices[base + j])] = values[base + j];
+        __syncwarp();
+        float* dst = out + row * (long long)d;
+#pragma unroll
+        for (int i = 0; i < RV / 4; ++i) {
+            const int c = lane * 4 + 128 * i;
+            if (c < d) {
+                const float4 v = *reinterpret_cast<const float4*>(staged + c);
+                *reinterpret_cast<float4*>(dst + c) = v;
+                acc[i].x += v.x; acc[i].y += v.y; acc[i].z += v.z; acc[i].w += v.w;
+            }
+        }
+        __syncwarp();  // read before the next row's zeros
+    }
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) {
+        const int c = lane * 4 + 128 * i;
+        if (c < d) *reinterpret_cast<float4*>(part + warp * d + c) = acc[i];
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)

@@ -98,6 +98,9 @@ def check_kernels() -> int:
             (*reference.layer_norm(x, w, b, 1e-5),
              *reference.layer_norm_backward(gy, x, mean, rstd, w, b, mask),
              *reference.layer_norm_backward_cbsr(gv, gi, x, mean, rstd, w, b, mask))))
+        sums_err = max(rel(a, r) for a, r in zip(cuda.cbsr_to_dense_sums(gv, gi, d),
+                                                  reference.cbsr_to_dense_sums(gv, gi, d)))
+        err = max(err, sums_err)
         fv, fi, fmean, frstd = cuda.layer_norm_maxk(x, w, b, 1e-5, 3, None)  # one kernel
         rv, ri = reference.maxk_cbsr(reference.layer_norm(x, w, b, 1e-5)[0], 3)
         err = max(err, rel(fmean, mean), rel(frstd, rstd),

@@ -56,6 +56,8 @@ def maxk_cases(device):
         yield dgl_ops.maxk_cbsr, (leaf(n, d, device=device), k, count_nan)
         yield dgl_ops.layer_norm_maxk, (leaf(n, d, device=device), leaf(d, device=device),
                                         leaf(d, device=device), 1e-5, k, count_nan)
+        yield dgl_ops.linear_maxk, (leaf(n, 12, device=device), leaf(d, 12, device=device),
+                                    leaf(d, device=device), k, count_nan)
 
 
 def dense_row_cases(device):
@@ -64,6 +66,7 @@ def dense_row_cases(device):
         x, w, b = leaf(n, d, device=device), leaf(d, device=device), leaf(d, device=device)
         _, mean, rstd = torch.native_layer_norm(x.detach(), [d], w.detach(), b.detach(), 1e-5)
         yield dgl_ops.cbsr_to_dense, (values, indices, d)
+        yield dgl_ops.cbsr_to_dense_sums, (values.detach(), indices, d)
         yield dgl_ops.cbsr_gather, (leaf(n, d, device=device), indices)
         yield dgl_ops.cbsr_addmm, (leaf(n, 4, device=device), values, indices, d,
                                    leaf(4, d, device=device))

@@ -226,6 +226,53 @@ def test_cbsr_to_dense_bit_identical(d, dtype):
     assert empty.shape == (0, 8)
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("d", [4, 8, 36, 100, 256, 384, 1024, 6, 1500])
+def test_cbsr_to_dense_sums_against_the_reference(d, dtype):
+    """The dense rows bit for bit and the column sums within fp32 rounding of exact ones,
+    for a spread of k from 1 to d: N not a multiple of a block's warps, N far above the
+    resident warps (each adds up many rows), no rows; what the kernel does not take (bf16,
+    d % 4 != 0, d > 1024) goes to the reference."""
+    seed = fresh_seed()
+    for n in (37, 60_001):
+        for k in (k_values(d) if n < 100 and d <= 256 else sorted({1, 3, d // 2 + 1, d})):
+            values, indices = random_cbsr(n, k, d, dtype)
+            poison()
+            dense, sums = cuda.cbsr_to_dense_sums(values, indices, d)
+            assert same_bits(dense, reference.cbsr_to_dense(values, indices, d)), \
+                f"seed={seed} d={d} k={k} n={n}"
+            exact = reference.cbsr_to_dense_sums(values.double(), indices, d)[1]
+            scale = reference.cbsr_to_dense(values.double().abs(), indices, d).sum(0)
+            assert sums.dtype == torch.float32 and sums.shape == (d,)
+            assert ((sums.double() - exact).abs() <= 1e-5 * scale).all(), \
+                f"seed={seed} d={d} k={k} n={n}"
+    dense, sums = cuda.cbsr_to_dense_sums(*random_cbsr(0, 2, d, dtype), d)
+    assert dense.shape == (0, d) and sums.shape == (d,) and not sums.any()
+
+
+def test_linear_maxk_op_through_the_kernels(monkeypatch):
+    """ops.linear_maxk on the GPU: the CBSR of maxk(linear(x)) and the same gradients of x,
+    weight and bias, the bias's from the column sums of the dense-rows kernel."""
+    seed = fresh_seed()
+    calls = []
+    real = cuda_kernels.cbsr_to_dense_sums
+    monkeypatch.setattr(cuda_kernels, "cbsr_to_dense_sums",
+                        lambda *a: calls.append(1) or real(*a))
+    n, f, d, k = 5003, 104, 256, 32
+    x = torch.randn(n, f, device=DEV, requires_grad=True)
+    w = torch.randn(d, f, device=DEV, requires_grad=True)
+    b = torch.randn(d, device=DEV, requires_grad=True)
+    got = ops.linear_maxk(x, k, w, b)
+    want = ops.maxk(ops.linear(x, w, b), k)
+    assert torch.equal(got.to_dense(), want.to_dense()), seed
+    g = torch.randn(n, k, device=DEV)
+    grads = torch.autograd.grad(got.values, (x, w, b), g)
+    want_grads = torch.autograd.grad(want.values, (x, w, b), g)
+    assert calls == [1]
+    for a, r in zip(grads, want_grads):
+        assert rel_err(a, r) < 1e-5, seed
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("d", [1, 3, 33, 256, 384, 1024])
 def test_cbsr_gather_bit_identical(d, dtype):

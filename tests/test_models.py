@@ -94,6 +94,38 @@ def test_sage_fuses_layer_norm_and_maxk_only_where_nothing_watches():
     torch.testing.assert_close(model(g, feat), fused_out)
 
 
+@pytest.mark.parametrize("name", ("sage", "gcn", "gin"))
+def test_linear_and_maxk_fuse_only_where_nothing_watches(name, monkeypatch):
+    """Each Linear whose output goes to a MaxK (SAGE's lin_in, GCN's and GIN's per-layer
+    Linear) runs fused with it, which skips the Linear's module call: with a hook on the
+    Linear it runs unfused, and the output and gradients are the same either way."""
+    from dgl_maxk import library
+    calls = []
+    real = library.linear_maxk
+    monkeypatch.setattr(library, "linear_maxk", lambda *a: calls.append(1) or real(*a))
+    g, feat, _ = planted_partition(60)
+    model = build_model(name, 8, 16, 3, num_layers=2, k=4, dropout=0.0).double()
+    feat = feat.double()
+
+    def run():
+        out = model(g, feat)
+        return out, torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    fused_out, fused_grads = run()
+    assert len(calls) == (1 if name == "sage" else 2)
+    linear = model.lin_in if name == "sage" else model.linears[0]
+    seen = []
+    handle = linear.register_forward_hook(lambda *a: seen.append(1))
+    hooked_out, hooked_grads = run()
+    handle.remove()
+    assert seen == [1] and len(calls) == (1 if name == "sage" else 3)
+    torch.testing.assert_close(hooked_out, fused_out)
+    for a, b in zip(hooked_grads, fused_grads):
+        torch.testing.assert_close(a, b)
+    relu = build_model(name, 8, 16, 3, num_layers=2, dropout=0.0, nonlinearity="relu")
+    relu(g, feat.float())
+    assert len(calls) == (1 if name == "sage" else 3)
+
+
 def test_sage_layer_with_dense_destination_under_autocast():
     """A (CBSR source, dense destination) pair (k=None: used as given) under bf16 autocast:
     the self GEMM is autocast's (out of place), as the neighbour GEMM is."""

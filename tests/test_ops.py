@@ -610,6 +610,44 @@ def test_layer_norm_maxk_is_maxk_of_layer_norm():
     assert torch.equal(plain.to_dense(), maxk(layer_norm(x, (12,)), 5).to_dense())
 
 
+def test_linear_maxk_is_maxk_of_linear():
+    """The fused operator's CBSR and gradients (x, weight, bias) are those of maxk applied to
+    linear, for k from 1 to d; without a bias, and under autocast, it is the two operators."""
+    from dgl_maxk.ops import linear, linear_maxk
+    x = torch.randn(40, 7, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(12, 7, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    for k in range(1, 13):
+        got = linear_maxk(x, k, w, b)
+        want = maxk(linear(x, w, b), k)
+        assert torch.equal(got.indices, want.indices) and got.d == 12
+        torch.testing.assert_close(got.values, want.values)
+        g = torch.randn_like(got.values)
+        for a, r in zip(torch.autograd.grad(got.values, (x, w, b), g),
+                        torch.autograd.grad(want.values, (x, w, b), g)):
+            torch.testing.assert_close(a, r)
+    assert gradcheck(lambda xx, ww, bb: linear_maxk(xx, 5, ww, bb).values, (x, w, b))
+    plain = linear_maxk(x, 5, w, None)
+    assert torch.equal(plain.to_dense(), maxk(x @ w.t(), 5).to_dense())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = linear_maxk(x.float(), 5, w.float(), b.float())
+    assert cast.values.dtype == torch.bfloat16
+
+
+def test_linear_maxk_checks_the_linear_output():
+    """NaN in the Linear's output is named as maxk's input, at its (row, column); a width
+    the weight does not take is torch's error."""
+    from dgl_maxk.ops import linear_maxk
+    x, w, b = torch.randn(6, 3), torch.randn(5, 3), torch.randn(5)
+    w[2, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"maxk input contains 6 NaN value\(s\), the first at "
+                                         r"index \(0, 2\)"):
+        linear_maxk(x, 2, w, b)
+    assert linear_maxk(x, 2, w, b, check_nan=False).values.shape == (6, 2)
+    with pytest.raises(RuntimeError):
+        linear_maxk(torch.randn(6, 4), 2, w, b)
+
+
 def test_layer_norm_op_refuses_what_torch_refuses():
     """A normalized_shape other than the input's last width gets torch's error, not a
     LayerNorm over the whole row (with weights of another width: a read past them on a GPU)."""

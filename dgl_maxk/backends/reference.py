@@ -61,6 +61,15 @@ def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.
     return out.scatter_(1, indices.long(), values)
 
 
+def cbsr_to_dense_sums(values: torch.Tensor, indices: torch.Tensor,
+                       d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dense rows, column sums) of CBSR (values, indices): the sums in fp32 (float64 for
+    float64 values), e.g. a Linear's bias gradient from MaxK's gradient of its output."""
+    dense = cbsr_to_dense(values, indices, d)
+    acc = torch.float64 if values.dtype == torch.float64 else torch.float32
+    return dense, dense.sum(0, dtype=acc)
+
+
 def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """The entries of ``dense`` (N x d) at the CBSR pattern ``indices`` (N x k)."""
     return dense.gather(1, indices.long())

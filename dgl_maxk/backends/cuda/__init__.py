@@ -9,6 +9,8 @@ Precision and determinism:
 
 * ``maxk_cbsr``: exact (values copied bit for bit), deterministic; fp32, fp16, bf16 inputs.
 * ``cbsr_to_dense``, ``cbsr_gather``: exact (raw bits copied), deterministic.
+* ``cbsr_to_dense_sums``: the dense rows exact; the column sums fp32, deterministic
+  (per-warp partial sums added in a fixed order), not bit-identical to torch's sum.
 * ``layer_norm``, ``layer_norm_backward``: fp32, deterministic (the weight and bias
   gradients are per-warp partial sums added in a fixed order); not bit-identical to
   torch's kernels (another summation order).
@@ -34,8 +36,8 @@ from . import kernels, launch
 from .launch import KERNEL_DTYPES
 from .runtime import available
 
-__all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_gather", "cbsr_spgemm", "cbsr_sspmm",
-           "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
+__all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_to_dense_sums", "cbsr_gather",
+           "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
            "layer_norm_backward_cbsr",
            "block_degrees", "sample_edges", "sample_block_edges", "gather_rows", "nan_counters",
            "launch"]
@@ -63,6 +65,16 @@ def cbsr_to_dense(values, indices, d: int):
     if values.dtype not in KERNEL_DTYPES or d > launch.DENSE_ROWS_MAX_WIDTH:
         return reference.cbsr_to_dense(values, indices, d)
     return kernels.cbsr_to_dense(values.contiguous(), indices.contiguous(), int(d))
+
+
+def cbsr_to_dense_sums(values, indices, d: int):
+    """(dense rows, column sums) of CBSR (values, indices), as the reference: the dense
+    rows exact, the sums in fp32 (float64 for float64), deterministic (per-warp partial sums
+    added in a fixed order). The kernel takes fp32 values of width d % 4 == 0 up to
+    ``launch.DENSE_ROWS_MAX_WIDTH``; anything else goes to the reference."""
+    if values.dtype != torch.float32 or d % 4 or not 0 < d <= launch.DENSE_ROWS_MAX_WIDTH:
+        return reference.cbsr_to_dense_sums(values, indices, d)
+    return kernels.cbsr_to_dense_sums(values.contiguous(), indices.contiguous(), int(d))
 
 
 def cbsr_gather(dense, indices):

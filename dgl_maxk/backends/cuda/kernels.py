@@ -76,6 +76,27 @@ def cbsr_to_dense(values: torch.Tensor, indices: torch.Tensor, d: int) -> torch.
     return out
 
 
+def cbsr_to_dense_sums(values: torch.Tensor, indices: torch.Tensor,
+                       d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dense rows, column sums) of fp32 CBSR of width d % 4 == 0: persistent warps build
+    each row in shared memory, write it, and add it into their row of partial sums, which
+    are added up here in a fixed order."""
+    n, k = values.shape
+    out = torch.empty((n, d), dtype=torch.float32, device=values.device)
+    if n == 0:
+        return out, values.new_zeros(d)
+    config, warps = heuristics.layer_norm_config(d)
+    kern = kernel("dense_rows", "cbsr_to_dense_sums",
+                  dict(config, IDX_BYTES=indices.element_size()), values.device.index)
+    smem = warps * d * 4
+    blocks = grid(kern, warps, smem, n, True, values.device.index)
+    parts = torch.empty((blocks * warps, d), dtype=torch.float32, device=values.device)
+    launch(kern, blocks, warps * 32,
+           (ptr(values), ptr(indices), ptr(out), ptr(parts), i64(n), i32(d), i32(k)), smem,
+           values.device)
+    return out, parts.sum(0)
+
+
 def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     (n, d), k = dense.shape, indices.shape[1]
     out = torch.empty((n, k), dtype=dense.dtype, device=dense.device)

@@ -466,7 +466,9 @@ def profile_section(data: dict) -> list:
               "unsynchronised step, since each phase waits for the GPU, but it shows which "
               "phases hold the time): sampling is per hop, the output layer's first; "
               "\"between modules\" is the work outside the hooked modules (MaxK and "
-              "dropout of the next layer's input, autograd's bookkeeping)."),
+              "dropout of the next layer's input, autograd's bookkeeping). The hooks keep "
+              "each Linear and LayerNorm apart from the MaxK after it, which the models "
+              "otherwise fuse, so this is the unfused step."),
         *table(["phase"] + variants, phase_rows),
         *para("Then the trainer's own step under `torch.profiler`, the sampler ahead "
               "on its two threads as in training: wall time and throughput, the share of "

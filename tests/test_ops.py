@@ -590,6 +590,16 @@ def test_linear_under_torch_func_and_forward_ad():
                      check_forward_ad=True)
 
 
+def assert_same_entries_and_grads(got, want, inputs):
+    """CBSR ``got`` holds ``want``'s entries, and passes the same gradients to ``inputs``."""
+    assert torch.equal(got.indices, want.indices)
+    torch.testing.assert_close(got.values, want.values)
+    g = torch.randn_like(got.values)
+    for a, r in zip(torch.autograd.grad(got.values, inputs, g),
+                    torch.autograd.grad(want.values, inputs, g)):
+        torch.testing.assert_close(a, r)
+
+
 def test_layer_norm_maxk_is_maxk_of_layer_norm():
     """The fused operator's CBSR and gradients (x, weight, bias) are those of maxk applied to
     layer_norm; without weight and bias it is the two operators."""
@@ -597,14 +607,8 @@ def test_layer_norm_maxk_is_maxk_of_layer_norm():
     x = torch.randn(40, 12, dtype=torch.float64, requires_grad=True)
     w = torch.randn(12, dtype=torch.float64, requires_grad=True)
     b = torch.randn(12, dtype=torch.float64, requires_grad=True)
-    got = layer_norm_maxk(x, 5, w, b)
-    want = maxk(layer_norm(x, (12,), w, b), 5)
-    assert torch.equal(got.indices, want.indices)
-    torch.testing.assert_close(got.values, want.values)
-    g = torch.randn_like(got.values)
-    for a, r in zip(torch.autograd.grad(got.values, (x, w, b), g),
-                    torch.autograd.grad(want.values, (x, w, b), g)):
-        torch.testing.assert_close(a, r)
+    assert_same_entries_and_grads(layer_norm_maxk(x, 5, w, b),
+                                  maxk(layer_norm(x, (12,), w, b), 5), (x, w, b))
     assert gradcheck(lambda xx, ww, bb: layer_norm_maxk(xx, 5, ww, bb).values, (x, w, b))
     plain = layer_norm_maxk(x, 5, None, None)
     assert torch.equal(plain.to_dense(), maxk(layer_norm(x, (12,)), 5).to_dense())
@@ -619,13 +623,8 @@ def test_linear_maxk_is_maxk_of_linear():
     b = torch.randn(12, dtype=torch.float64, requires_grad=True)
     for k in range(1, 13):
         got = linear_maxk(x, k, w, b)
-        want = maxk(linear(x, w, b), k)
-        assert torch.equal(got.indices, want.indices) and got.d == 12
-        torch.testing.assert_close(got.values, want.values)
-        g = torch.randn_like(got.values)
-        for a, r in zip(torch.autograd.grad(got.values, (x, w, b), g),
-                        torch.autograd.grad(want.values, (x, w, b), g)):
-            torch.testing.assert_close(a, r)
+        assert got.d == 12
+        assert_same_entries_and_grads(got, maxk(linear(x, w, b), k), (x, w, b))
     assert gradcheck(lambda xx, ww, bb: linear_maxk(xx, 5, ww, bb).values, (x, w, b))
     plain = linear_maxk(x, 5, w, None)
     assert torch.equal(plain.to_dense(), maxk(x @ w.t(), 5).to_dense())

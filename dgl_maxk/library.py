@@ -185,7 +185,13 @@ def _to_dense_sums_fake(values, indices, d):
     return values.new_empty((values.shape[0], d)), values.new_empty(d, dtype=acc)
 
 
-@operator("cbsr_to_dense_sums", _to_dense_sums_fake)
+def _to_dense_sums_backward(ctx, grad_dense, grad_sums):
+    (indices,) = ctx.saved_tensors
+    grad = cbsr_gather(grad_dense, indices)  # each entry reaches its row and its column sum
+    return grad + grad_sums.to(grad.dtype)[indices.long()], None, None
+
+
+@operator("cbsr_to_dense_sums", _to_dense_sums_fake, _to_dense_setup, _to_dense_sums_backward)
 def cbsr_to_dense_sums(values: Tensor, indices: Tensor, d: int) -> tuple[Tensor, Tensor]:
     """(dense rows, column sums): :func:`cbsr_to_dense` and the sum of its rows (fp32;
     float64 for float64 values) in the same pass."""

@@ -168,8 +168,9 @@ class MaxKSAGE(MaxKGNN):
     def forward(self, graph, feat):
         # whether h holds CBSR rows from an operator fused with their MaxK (lin_in's here,
         # then a LayerNorm's)
-        fused = _fusable_linear(self.lin_in, self.layers[0].k, self.layers[0])
-        h = _linear_maxk(self.lin_in, feat, self.layers[0].k) if fused else self.lin_in(feat)
+        first_k = getattr(self.layers[0], "k", None)  # None: a layer of the caller's own
+        fused = _fusable_linear(self.lin_in, first_k, self.layers[0])
+        h = _linear_maxk(self.lin_in, feat, first_k) if fused else self.lin_in(feat)
         last = len(self.layers) - 1
         for i, conv in enumerate(self.layers):
             g = self.layer_graph(graph, i)

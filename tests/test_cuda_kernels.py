@@ -252,7 +252,8 @@ def test_cbsr_to_dense_sums_against_the_reference(d, dtype):
 
 def test_linear_maxk_op_through_the_kernels(monkeypatch):
     """ops.linear_maxk on the GPU: the CBSR of maxk(linear(x)) and the same gradients of x,
-    weight and bias, the bias's from the column sums of the dense-rows kernel."""
+    weight and bias, the bias's from the column sums of the dense-rows kernel, and the same
+    second derivatives."""
     seed = fresh_seed()
     calls = []
     real = cuda_kernels.cbsr_to_dense_sums
@@ -265,11 +266,16 @@ def test_linear_maxk_op_through_the_kernels(monkeypatch):
     got = ops.linear_maxk(x, k, w, b)
     want = ops.maxk(ops.linear(x, w, b), k)
     assert torch.equal(got.to_dense(), want.to_dense()), seed
-    g = torch.randn(n, k, device=DEV)
-    grads = torch.autograd.grad(got.values, (x, w, b), g)
-    want_grads = torch.autograd.grad(want.values, (x, w, b), g)
+    g = torch.randn(n, k, device=DEV, requires_grad=True)
+    grads = torch.autograd.grad(got.values, (x, w, b), g, create_graph=True)
+    want_grads = torch.autograd.grad(want.values, (x, w, b), g, create_graph=True)
     assert calls == [1]
     for a, r in zip(grads, want_grads):
+        assert rel_err(a, r) < 1e-5, seed
+    # second derivatives (a gradient penalty) through the kernel's dense rows and sums
+    penalty = [sum(t.square().sum() for t in ts) for ts in (grads, want_grads)]
+    for a, r in zip(torch.autograd.grad(penalty[0], (w, g)),
+                    torch.autograd.grad(penalty[1], (w, g))):
         assert rel_err(a, r) < 1e-5, seed
 
 

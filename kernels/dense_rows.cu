@@ -90,44 +90,6 @@ cbsr_to_dense(const raw_t* __restrict__ values, const idx_t* __restrict__ indice
 }
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-cbsr_to_dense_sums(const float* __restrict__ values, const idx_t* __restrict__ indices,
-                   float* __restrict__ out, float* __restrict__ part, long long n_rows, int d,
-                   int k) {
-    extern __shared__ float4 staged_sums[];  // WARPS rows of d floats (d % 4 == 0)
-    const int lane = threadIdx.x & 31;
-    const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const long long num_warps = (long long)gridDim.x * WARPS;
-    float* staged = reinterpret_cast<float*>(staged_sums) + (threadIdx.x >> 5) * d;
-    float4 acc[RV / 4];
-#pragma unroll
-    for (int i = 0; i < RV / 4; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (long long row = warp; row < n_rows; row += num_warps) {
-        for (int c = lane * 4; c < d; c += 128)
-            *reinterpret_cast<float4*>(staged + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-        __syncwarp();  // the zeros land before the values that overwrite some of them
-        const long long base = row * (long long)k;
-        for (int j = lane; j < k; j += 32) staged[IDX_TO_INT(indices[base + j])] = values[base + j];
-        __syncwarp();
-        float* dst = out + row * (long long)d;
-#pragma unroll
-        for (int i = 0; i < RV / 4; ++i) {
-            const int c = lane * 4 + 128 * i;
-            if (c < d) {
-                const float4 v = *reinterpret_cast<const float4*>(staged + c);
-                *reinterpret_cast<float4*>(dst + c) = v;
-                acc[i].x += v.x; acc[i].y += v.y; acc[i].z += v.z; acc[i].w += v.w;
-            }
-        }
-        __syncwarp();  // read before the next row's zeros
-    }
-#pragma unroll
-    for (int i = 0; i < RV / 4; ++i) {
-        const int c = lane * 4 + 128 * i;
-        if (c < d) *reinterpret_cast<float4*>(part + warp * d + c) = acc[i];
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
 cbsr_gather(const raw_t* __restrict__ dense, const idx_t* __restrict__ indices,
             raw_t* __restrict__ out, int entries, int d, int k) {  // entries = N * k < 2^31
     const int e = blockIdx.x * (WARPS * 32) + threadIdx.x;
@@ -143,6 +105,53 @@ __device__ __forceinline__ void load_row(const float* row, int d, int lane, floa
     for (int i = 0; i < RV / 4; ++i) {
         const int c = lane * 4 + 128 * i;
         v[i] = c < d ? *reinterpret_cast<const float4*>(row + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// Row `row` of fp32 CBSR (k entries a row) built in a warp's d floats of shared memory
+// (`staged`: zeros, then the values), then read as the lane's vectors, as load_row reads.
+__device__ __forceinline__ void staged_cbsr_row(float* staged, const float* __restrict__ values,
+                                                const idx_t* __restrict__ indices, long long row,
+                                                int k, int d, int lane, float4 (&v)[RV / 4]) {
+    for (int c = lane * 4; c < d; c += 128)
+        *reinterpret_cast<float4*>(staged + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+    __syncwarp();  // the zeros land before the values that overwrite some of them
+    const long long base = row * (long long)k;
+    for (int j = lane; j < k; j += 32) staged[IDX_TO_INT(indices[base + j])] = values[base + j];
+    __syncwarp();
+    load_row(staged, d, lane, v);
+    __syncwarp();  // read before the next row's zeros
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+cbsr_to_dense_sums(const float* __restrict__ values, const idx_t* __restrict__ indices,
+                   float* __restrict__ out, float* __restrict__ part, long long n_rows, int d,
+                   int k) {
+    extern __shared__ float4 staged_sums[];  // WARPS rows of d floats (d % 4 == 0)
+    const int lane = threadIdx.x & 31;
+    const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const long long num_warps = (long long)gridDim.x * WARPS;
+    float* staged = reinterpret_cast<float*>(staged_sums) + (threadIdx.x >> 5) * d;
+    float4 acc[RV / 4];
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long row = warp; row < n_rows; row += num_warps) {
+        float4 v[RV / 4];
+        staged_cbsr_row(staged, values, indices, row, k, d, lane, v);
+        float* dst = out + row * (long long)d;
+#pragma unroll
+        for (int i = 0; i < RV / 4; ++i) {
+            const int c = lane * 4 + 128 * i;
+            if (c < d) {
+                *reinterpret_cast<float4*>(dst + c) = v[i];
+                acc[i].x += v[i].x; acc[i].y += v[i].y; acc[i].z += v[i].z; acc[i].w += v[i].w;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RV / 4; ++i) {
+        const int c = lane * 4 + 128 * i;
+        if (c < d) *reinterpret_cast<float4*>(part + warp * d + c) = acc[i];
     }
 }
 
@@ -254,14 +263,7 @@ layer_norm_backward_cbsr(const float* __restrict__ dy_values, const idx_t* __res
     float* dy_row = reinterpret_cast<float*>(dy_rows) + (threadIdx.x >> 5) * d;
     layer_norm_backward_rows(
         [&](long long row, float4 (&gv)[RV / 4]) {
-            for (int c = lane * 4; c < d; c += 128)
-                *reinterpret_cast<float4*>(dy_row + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-            __syncwarp();
-            const long long base = row * (long long)k;
-            for (int j = lane; j < k; j += 32) dy_row[(int)dy_indices[base + j]] = dy_values[base + j];
-            __syncwarp();
-            load_row(dy_row, d, lane, gv);
-            __syncwarp();  // read before the next row's zeros
+            staged_cbsr_row(dy_row, dy_values, dy_indices, row, k, d, lane, gv);
         },
         x, mean, rstd, weight, dx, part_weight, part_bias, n_rows, d);
 }

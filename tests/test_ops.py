@@ -626,7 +626,8 @@ def test_linear_maxk_is_maxk_of_linear():
         assert got.d == 12
         assert_same_entries_and_grads(got, maxk(linear(x, w, b), k), (x, w, b))
     assert gradcheck(lambda xx, ww, bb: linear_maxk(xx, 5, ww, bb).values, (x, w, b))
-    assert torch.autograd.gradgradcheck(lambda xx, ww, bb: linear_maxk(xx, 5, ww, bb).values, (x, w, b))
+    assert torch.autograd.gradgradcheck(lambda xx, ww, bb: linear_maxk(xx, 5, ww, bb).values,
+                                        (x, w, b))
     plain = linear_maxk(x, 5, w, None)
     assert torch.equal(plain.to_dense(), maxk(x @ w.t(), 5).to_dense())
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -37,8 +37,8 @@ from .launch import KERNEL_DTYPES
 from .runtime import available
 
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_to_dense_sums", "cbsr_gather",
-           "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "layer_norm", "layer_norm_backward", "layer_norm_maxk",
-           "layer_norm_backward_cbsr",
+           "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "layer_norm", "layer_norm_backward",
+           "layer_norm_maxk", "layer_norm_backward_cbsr",
            "block_degrees", "sample_edges", "sample_block_edges", "gather_rows", "nan_counters",
            "launch"]
 

@@ -85,16 +85,24 @@ def cbsr_to_dense_sums(values: torch.Tensor, indices: torch.Tensor,
     out = torch.empty((n, d), dtype=torch.float32, device=values.device)
     if n == 0:
         return out, values.new_zeros(d)
+    sums = _partial_sums_launch(
+        "cbsr_to_dense_sums", {"IDX_BYTES": indices.element_size()}, n, d, 1, d * 4,
+        lambda parts: (ptr(values), ptr(indices), ptr(out), ptr(parts[0]), i64(n), i32(d),
+                       i32(k)), values.device)
+    return out, sums[0]
+
+
+def _partial_sums_launch(func, defines, n, d, count, smem_per_warp, args, device):
+    """Launch the dense-row kernel ``func`` over ``n`` rows on persistent warps, each writing
+    ``count`` rows of ``d`` partial sums (``args(parts)`` gives its arguments); returns
+    those sums added up over the warps in a fixed order (``count`` x ``d``)."""
     config, warps = heuristics.layer_norm_config(d)
-    kern = kernel("dense_rows", "cbsr_to_dense_sums",
-                  dict(config, IDX_BYTES=indices.element_size()), values.device.index)
-    smem = warps * d * 4
-    blocks = grid(kern, warps, smem, n, True, values.device.index)
-    parts = torch.empty((blocks * warps, d), dtype=torch.float32, device=values.device)
-    launch(kern, blocks, warps * 32,
-           (ptr(values), ptr(indices), ptr(out), ptr(parts), i64(n), i32(d), i32(k)), smem,
-           values.device)
-    return out, parts.sum(0)
+    kern = kernel("dense_rows", func, dict(config, **defines), device.index)
+    smem = warps * smem_per_warp
+    blocks = grid(kern, warps, smem, n, True, device.index)
+    parts = torch.empty((count, blocks * warps, d), dtype=torch.float32, device=device)
+    launch(kern, blocks, warps * 32, args(parts), smem, device)
+    return parts.sum(1)
 
 
 def cbsr_gather(dense: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -151,15 +159,10 @@ def _layer_norm_backward(func, dy_args, x, mean, rstd, weight, defines=None,
     dx = torch.empty_like(x)
     if n == 0:
         return dx, x.new_zeros((2, d))
-    config, warps = heuristics.layer_norm_config(d)
-    kern = kernel("dense_rows", func, dict(config, **(defines or {})), x.device.index)
-    smem = warps * smem_per_warp
-    blocks = grid(kern, warps, smem, n, True, x.device.index)
-    parts = torch.empty((2, blocks * warps, d), dtype=torch.float32, device=x.device)
-    launch(kern, blocks, warps * 32,
-           (*dy_args, ptr(x), ptr(mean), ptr(rstd), ptr(weight), ptr(dx), ptr(parts[0]),
-            ptr(parts[1]), i64(n), i32(d)), smem, x.device)
-    return dx, parts.sum(1)
+    return dx, _partial_sums_launch(
+        func, defines or {}, n, d, 2, smem_per_warp,
+        lambda parts: (*dy_args, ptr(x), ptr(mean), ptr(rstd), ptr(weight), ptr(dx),
+                       ptr(parts[0]), ptr(parts[1]), i64(n), i32(d)), x.device)
 
 
 def cbsr_spgemm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Tensor,

@@ -441,6 +441,49 @@ def sddmm(indptr: Tensor, indices: Tensor, num_src: int, norm: str, grad_y: Tens
                             _scale_dtype(x))
 
 
+# --------------------------------------------------------------------------- ReLU, dropout
+
+def _relu_dropout_fake(x, seed, p, num_head, count_nan):
+    return (torch.empty_like(x), x.new_empty((num_head,) + x.shape[1:]),
+            x.new_empty(2 if count_nan else 0, dtype=torch.int64))
+
+
+def _relu_dropout_setup(ctx, inputs, output):
+    ctx.p = inputs[2]
+    ctx.save_for_backward(output[0])
+    ctx.mark_non_differentiable(output[2])
+
+
+def _relu_dropout_backward(ctx, grad, grad_head, _grad_counters):
+    (out,) = ctx.saved_tensors
+    return relu_dropout_backward(out, grad, grad_head, ctx.p), None, None, None, None
+
+
+@operator("relu_dropout", _relu_dropout_fake, _relu_dropout_setup, _relu_dropout_backward)
+def relu_dropout(x: Tensor, seed: Optional[Tensor], p: float, num_head: int,
+                 count_nan: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(out, head, counters): dropout at probability ``p`` of ``relu(x)``, with its mask
+    from ``seed`` on GPUs (an int64 drawn by torch's generator); a copy of out's first
+    ``num_head`` rows, whose gradient reaches the backward apart from out's; and with
+    ``count_nan`` the NaN counters of x (else none). The backward keeps ``out`` only."""
+    counters = _counters(x, count_nan)
+    out, head = backends.for_tensor(x).relu_dropout(x, seed, p, num_head,
+                                                    counters if count_nan else None)
+    return out, head, counters
+
+
+def _relu_dropout_backward_fake(out, grad, grad_head, p):
+    return torch.empty_like(out)
+
+
+@operator("relu_dropout_backward", _relu_dropout_backward_fake)
+def relu_dropout_backward(out: Tensor, grad: Tensor, grad_head: Tensor, p: float) -> Tensor:
+    """The gradient of :func:`relu_dropout`'s ``x``: (grad, plus grad_head on the first
+    rows) times the dropout's scale where out != 0, else 0."""
+    return backends.for_tensor(out).relu_dropout_backward(out, grad.contiguous(),
+                                                          grad_head.contiguous(), p)
+
+
 # --------------------------------------------------------------------------- rows
 
 def _nan_counters_fake(x):

@@ -109,6 +109,45 @@ def layer_norm_maxk(x: torch.Tensor, k: int, weight, bias, eps: float = 1e-5, *,
     return maxk_checked(x, k, name, norm=(weight, bias, eps))
 
 
+def relu_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, *,
+                 num_head: int = 0, check_nan: bool = True):
+    """``dropout(relu(x), p, training)`` as one operator, and a copy of its first
+    ``num_head`` rows: ``(out, head)``.
+
+    A layer on a block reads its source rows and, apart, its destination rows (the first
+    ``num_head``), which DGL's layers take as a view: given ``(out, head)`` instead,
+    autograd hands the two gradients to this operator's backward, which adds them as it
+    reads them, where a view's gradient would be padded with zeros to out's shape and
+    added to out's (two N x d passes). On GPUs one kernel reads ``x`` once, scanning it for
+    NaN as it goes (``check_nan``, as :func:`maxk`), and writes ``out`` (and ``head``); the
+    backward reads ``out`` and the gradients once, and keeps no mask. The kernel's mask comes
+    from Philox4x32-10 bits under a seed that torch's generator draws for each call: one mask
+    for one ``torch.manual_seed``, a new one on each CUDA graph replay, but other bits than
+    torch's dropout. Elsewhere, and for tensors other than fp32 of rows of a multiple of 4
+    elements: torch's ReLU and dropout.
+
+    Example
+    -------
+    >>> out, head = relu_dropout(torch.randn(6, 8), 0.5, num_head=2)
+    >>> torch.equal(out[:2], head)
+    True
+    """
+    check_features("features", x, nan=False)
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if x.dim() == 0 or not 0 <= num_head <= x.shape[0]:
+        raise ValueError(f"num_head must be a row count of features of shape "
+                         f"{tuple(x.shape)}, got {num_head}")
+    p = float(p) if training else 0.0
+    seed = (torch.empty((), dtype=torch.int64, device=x.device).random_()
+            if p > 0 and x.is_cuda else None)
+    count = check_nan and checks_enabled()
+    out, head, counters = library.relu_dropout(x, seed, p, int(num_head), count)
+    if count:
+        check_nan_counters("features", tuple(x.shape), counters)
+    return out, head
+
+
 def cbsr_to_dense(x: CBSR) -> torch.Tensor:
     """The N x d dense matrix of CBSR ``x`` (zeros off its pattern), differentiable with
     respect to ``x.values``; also ``x.to_dense()``."""

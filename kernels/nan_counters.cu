@@ -30,40 +30,8 @@
 #ifndef UNROLL
 #define UNROLL 4
 #endif
-#define PER_WORD (WORD_BYTES / ELEM_BYTES)
 
-#include "cbsr_types.cuh"
-
-// A word's bits as 32-bit parts (the low half first for 2-byte words).
-__device__ __forceinline__ void parts_of(const word_t& v, unsigned int (&p)[4]) {
-#if WORD_BYTES == 16
-    p[0] = v.x; p[1] = v.y; p[2] = v.z; p[3] = v.w;
-#elif WORD_BYTES == 8
-    p[0] = v.x; p[1] = v.y;
-#else
-    p[0] = (unsigned int)v;
-#endif
-}
-
-// NaN among word w's elements (flat positions w * PER_WORD + e): count and the lowest
-// position.
-__device__ __forceinline__ void scan_word(const word_t& v, long long w, unsigned int& count,
-                                          long long& first) {
-    unsigned int parts[4];
-    parts_of(v, parts);
-#pragma unroll
-    for (int e = 0; e < PER_WORD; ++e) {
-#if ELEM_BYTES == 4
-        const unsigned int bits = parts[e];
-#else
-        const unsigned int bits = (e & 1) ? parts[e >> 1] >> 16 : parts[e >> 1] & 0xffffu;
-#endif
-        if (is_nan_bits(bits)) {
-            ++count;
-            first = min(first, w * PER_WORD + e);
-        }
-    }
-}
+#include "nan_scan.cuh"
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
 nan_counters(const word_t* __restrict__ x, long long num_words, long long numel,
@@ -80,13 +48,5 @@ nan_counters(const word_t* __restrict__ x, long long num_words, long long numel,
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) scan_word(v[u], w0 + u * stride, count, first);
     }
-    if (!__any_sync(FULL_MASK, count)) return;
-    for (int o = 16; o > 0; o >>= 1) {
-        count += __shfl_xor_sync(FULL_MASK, count, o);
-        first = min(first, __shfl_xor_sync(FULL_MASK, first, o));
-    }
-    if ((threadIdx.x & 31) == 0) {
-        atomicAdd(counters, (unsigned long long)count);
-        atomicMax(counters + 1, (unsigned long long)(numel - first));
-    }
+    add_nan_counts(count, first, numel, counters);
 }

@@ -113,6 +113,7 @@ def check_kernels() -> int:
     bad += check_sampler(dev)
     bad += check_gather_rows(dev)
     bad += check_nan_counters(dev)
+    bad += check_relu_dropout(dev)
     torch.cuda.synchronize()
     print("all ok" if bad == 0 else f"{bad} case(s) off")
     return 1 if bad else 0
@@ -217,4 +218,26 @@ def check_nan_counters(dev) -> int:
             ok = torch.equal(cuda.nan_counters(scanned), reference.nan_counters(scanned))
             bad += not ok
             print(f"nan_counters {scanned.numel()} {dtype}: {'ok' if ok else 'MISMATCH'}")
+    return bad
+
+
+def check_relu_dropout(dev) -> int:
+    """ReLU and dropout forward (NaN counted, a head of some rows) and backward, on rows
+    that end mid-block; the number of bad cases (the backward against the reference, the
+    forward's kept values against the ReLU's)."""
+    bad = 0
+    for n, num_head, p in ((1001, 300, 0.5), (37, 37, 0.0), (5, 0, 1.0)):
+        x = torch.randn(n, 36, device=dev)
+        x[0, 3] = float("nan")
+        counters = torch.zeros(2, dtype=torch.int64, device=dev)
+        out, head = cuda.relu_dropout(x, torch.tensor(7, device=dev), p, num_head, counters)
+        scale = reference.dropout_scale(p, torch.float32)
+        kept = (out == 0) | (out == torch.relu(x) * scale) | x.isnan()
+        grad, grad_head = torch.randn_like(out), torch.randn_like(head)
+        ok = (bool(kept.all()) and same_bits(head, out[:num_head])
+              and counters.tolist() == [1, n * 36 - 3]
+              and torch.equal(cuda.relu_dropout_backward(out, grad, grad_head, p),
+                              reference.relu_dropout_backward(out, grad, grad_head, p)))
+        bad += not ok
+        print(f"relu_dropout {n} x 36, head {num_head}, p {p}: {'ok' if ok else 'MISMATCH'}")
     return bad

@@ -119,8 +119,23 @@ def row_cases(device):
             yield dgl_ops.gather_rows, (rows, index[:0])
 
 
+def dropout_cases(device):
+    """ReLU and dropout: a head of no rows, some, all; no rows; rows of 6 elements (the
+    reference on GPUs too). Dropout only where the op's mask is a function of its inputs
+    (the kernel's, from the seed), as opcheck compares repeated calls."""
+    seed = torch.tensor(123456789, device=device)
+    for n, d, num_head in ((9, 8, 0), (9, 8, 4), (9, 8, 9), (0, 8, 0), (5, 6, 2)):
+        x = leaf(n, d, device=device)
+        kernel = device == "cuda" and d % 4 == 0
+        for p in ((0.0, 0.5) if kernel else (0.0,)):
+            yield dgl_ops.relu_dropout, (x, seed if p else None, p, num_head, True)
+            out = torch.relu(x.detach()) * (torch.rand(n, d, device=device) > p) / (1 - p)
+            yield dgl_ops.relu_dropout_backward, (out, torch.randn(n, d, device=device),
+                                                  torch.randn(num_head, d, device=device), p)
+
+
 CASES = {"maxk": maxk_cases, "dense rows": dense_row_cases, "aggregation": aggregation_cases,
-         "checks": check_cases, "rows": row_cases}
+         "checks": check_cases, "rows": row_cases, "dropout": dropout_cases}
 
 
 @pytest.mark.parametrize("device", DEVICES)

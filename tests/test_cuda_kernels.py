@@ -7,6 +7,7 @@ unwritten entries by poisoning torch's caching allocator with NaN before each ke
 (the kernels allocate their outputs with torch.empty where they do not need zeros).
 """
 import itertools
+import math
 import os
 
 import pytest
@@ -957,3 +958,107 @@ def test_torch_compile():
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     got = compiled(h)
     assert rel_err(got, expected) < TOL, seed
+
+
+# --------------------------------------------------------------------------- ReLU, dropout
+
+def philox_bits(words: int, seed: int) -> torch.Tensor:
+    """Philox4x32-10 of counters (w, 0, 0, 0) for w < words, key seed, in int64 torch ops:
+    the bits relu_dropout.cu draws for each element (words x 4, each in [0, 2^32))."""
+    low = 0xFFFFFFFF
+    w = torch.arange(words, dtype=torch.int64, device=DEV)
+    c = [w & low, w >> 32, torch.zeros_like(w), torch.zeros_like(w)]
+    k0, k1 = seed & low, (seed >> 32) & low
+    for round_ in range(10):
+        if round_:
+            k0, k1 = (k0 + 0x9E3779B9) & low, (k1 + 0xBB67AE85) & low
+        p0, p1 = 0xD2511F53 * c[0], 0xCD9E8D57 * c[2]  # wraps mod 2^64 (two's complement)
+        c = [((p1 >> 32) & low) ^ c[1] ^ k0, p1 & low, ((p0 >> 32) & low) ^ c[3] ^ k1, p0 & low]
+    return torch.stack(c, 1)
+
+
+def expected_relu_dropout(x, seed, p):
+    """dropout(relu(x)) with relu_dropout.cu's mask, in torch."""
+    scale = reference.dropout_scale(p, torch.float32)
+    bits = philox_bits(x.numel() // 4, seed).reshape(x.shape)
+    kept = bits >= min(math.ceil(p * 2 ** 32), 2 ** 32)
+    relu = torch.where((x > 0) | x.isnan(), x, torch.zeros_like(x))
+    return relu * torch.where(kept, scale, 0.0).to(x.dtype)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_relu_dropout_is_its_philox_mask_bit_for_bit(p):
+    """Each element as the torch Philox of its word under the seed says: rows not a multiple
+    of the block, a head of no rows, some and all, no rows at all; NaN counted and kept
+    (as torch's dropout keeps them), a second seed another mask, the kept share 1 - p."""
+    seed = fresh_seed()
+    for n, d, num_head in ((1, 4, 0), (1000, 256, 37), (333, 36, 333), (0, 8, 0),
+                           (70_001, 100, 5000)):
+        x = torch.randn(n, d, device=DEV)
+        if n:
+            x.view(-1)[torch.randint(0, x.numel(), (5,))] = float("nan")
+        key = int(torch.randint(0, 2 ** 62, ()))
+        counters, want_counters = (torch.zeros(2, dtype=torch.int64, device=DEV)
+                                   for _ in range(2))
+        poison()
+        out, head = cuda.relu_dropout(x, torch.tensor(key, device=DEV), p, num_head, counters)
+        reference.relu_dropout(x, None, 0.0, 0, want_counters)
+        want = expected_relu_dropout(x, key, p)
+        assert same_bits(out, want), (seed, n, d, p)
+        assert same_bits(head, out[:num_head]), (seed, n, d, num_head)
+        assert torch.equal(counters, want_counters), (seed, counters, want_counters)
+        other, _ = cuda.relu_dropout(x, torch.tensor(key ^ 1, device=DEV), p, 0)
+        positive = x > 0
+        if 0 < p < 1 and positive.sum() > 10_000:
+            kept = float((out[positive] != 0).double().mean())
+            spread = 5 * (p * (1 - p) / float(positive.sum())) ** 0.5
+            assert abs(kept - (1 - p)) < spread, (seed, kept, p)
+            assert not torch.equal((other != 0), (out != 0)), seed
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0])
+def test_relu_dropout_backward_is_the_reference(p):
+    """The gradient from out's and head's gradients (head of no rows, some, all), as the
+    reference's, bit for bit; fp32 of rows not a multiple of 4, and bf16, go to the
+    reference."""
+    seed = fresh_seed()
+    for n, d, num_head in ((1000, 256, 37), (333, 36, 333), (5, 8, 0), (0, 8, 0)):
+        x = torch.randn(n, d, device=DEV)
+        out, _ = cuda.relu_dropout(x, torch.tensor(seed, device=DEV), p, num_head)
+        grad = torch.randn(n, d, device=DEV)
+        grad_head = torch.randn(num_head, d, device=DEV)
+        poison()
+        got = cuda.relu_dropout_backward(out, grad, grad_head, p)
+        assert same_bits(got, reference.relu_dropout_backward(out, grad, grad_head, p)), seed
+    for x in (torch.randn(40, 6, device=DEV), torch.randn(40, 8, device=DEV).bfloat16()):
+        out, head = cuda.relu_dropout(x, torch.tensor(seed, device=DEV), 0.5, 3)
+        assert torch.equal(head, out[:3]) and ((out == 0) | (out == 2 * x)).all(), seed
+        grad, grad_head = torch.randn_like(out), torch.randn_like(head)
+        assert torch.equal(cuda.relu_dropout_backward(out, grad, grad_head, 0.5),
+                           reference.relu_dropout_backward(out, grad, grad_head, 0.5)), seed
+
+
+def test_relu_dropout_draws_a_new_mask_each_graph_replay():
+    """Under a CUDA graph the op's seed comes from torch's generator at each replay: new
+    masks each replay, and the same sequence again after the same torch.manual_seed."""
+    seed = fresh_seed()
+    x = torch.rand(512, 64, device=DEV) + 0.5
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        ops.relu_dropout(x, 0.5)  # warm-up: compile, allocate
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, _ = ops.relu_dropout(x, 0.5, check_nan=False)
+
+    def masks():
+        torch.manual_seed(seed)
+        taken = []
+        for _ in range(3):
+            graph.replay()
+            taken.append(out != 0)
+        return taken
+    first, again = masks(), masks()
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2]), seed
+    assert all(torch.equal(a, b) for a, b in zip(first, again)), seed

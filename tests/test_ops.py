@@ -649,6 +649,48 @@ def test_linear_maxk_checks_the_linear_output():
         linear_maxk(torch.randn(6, 4), 2, w, b)
 
 
+@pytest.mark.parametrize("p", [0.0, 0.5, 0.3, 1.0])
+def test_relu_dropout_is_dropout_of_relu(p):
+    """On the CPU the operator is torch's dropout of the ReLU (the same mask for the same
+    seed), its head the output's first rows; the gradient, from the output's and the head's
+    together, is that of relu -> dropout with the head a view; in eval mode, the ReLU."""
+    from dgl_maxk.ops import relu_dropout
+    x = torch.randn(50, 12, requires_grad=True)
+    for num_head in (0, 7, 50):
+        torch.manual_seed(5)
+        out, head = relu_dropout(x, p, num_head=num_head)
+        torch.manual_seed(5)
+        want = F.dropout(F.relu(x), p)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        assert torch.equal(head, out[:num_head])
+        g, gh = torch.randn_like(out), torch.randn_like(head)
+        got = torch.autograd.grad((out * g).sum() + (head * gh).sum(), x)[0]
+        expected = torch.autograd.grad((want * g).sum() + (want[:num_head] * gh).sum(), x)[0]
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+    out, _ = relu_dropout(x, p, training=False)
+    assert torch.equal(out, F.relu(x))
+    x64 = torch.randn(9, 4, dtype=torch.float64, requires_grad=True)
+    assert gradcheck(lambda xx: torch.cat(relu_dropout(xx, 0.0, num_head=3)), (x64,))
+
+
+def test_relu_dropout_checks_its_input():
+    """NaN named as the features, at its (row, column); a probability or head out of range,
+    integer features: ValueErrors."""
+    from dgl_maxk.ops import relu_dropout
+    x = torch.randn(6, 4)
+    x[3, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"features contains 1 NaN value\(s\), the first at "
+                                         r"index \(3, 1\)"):
+        relu_dropout(x, 0.5)
+    assert relu_dropout(x, 0.5, check_nan=False)[0].shape == (6, 4)
+    for kwargs, match in (({"p": 1.5}, "between 0 and 1"), ({"num_head": 7}, "num_head"),
+                          ({"num_head": -1}, "num_head")):
+        with pytest.raises(ValueError, match=match):
+            relu_dropout(torch.randn(6, 4), **kwargs)
+    with pytest.raises(ValueError, match="floating point"):
+        relu_dropout(torch.ones(6, 4, dtype=torch.int64))
+
+
 def test_layer_norm_op_refuses_what_torch_refuses():
     """A normalized_shape other than the input's last width gets torch's error, not a
     LayerNorm over the whole row (with weights of another width: a read past them on a GPU)."""

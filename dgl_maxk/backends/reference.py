@@ -117,6 +117,33 @@ def nan_counters(x: torch.Tensor) -> torch.Tensor:
     return counters
 
 
+def dropout_scale(p: float, dtype: torch.dtype) -> float:
+    """What dropout at probability ``p`` multiplies kept values by, rounded to ``dtype``'s
+    precision (0 at p = 1, where every value is dropped)."""
+    return 0.0 if p == 1 else torch.tensor(1 / (1 - p), dtype=dtype).item()
+
+
+def relu_dropout(x: torch.Tensor, seed, p: float, num_head: int, nan_stats=None):
+    """(out, head): torch's dropout at probability ``p`` (none at 0) of ``relu(x)``, and a
+    copy of out's first ``num_head`` rows. ``seed`` is the CUDA kernel's (its mask's bits);
+    here torch's generator draws the mask. ``nan_stats`` as in :func:`maxk_cbsr`, for x."""
+    if nan_stats is not None:
+        _add_nan_stats(nan_stats, x)
+    out = torch.relu(x)
+    if p > 0:
+        out = torch.nn.functional.dropout(out, p)
+    return out, out[:num_head].clone()
+
+
+def relu_dropout_backward(out, grad, grad_head, p: float):
+    """The gradient of :func:`relu_dropout`'s ``x`` from those of ``out`` and ``head``:
+    (grad, plus grad_head on the first rows) times the dropout's scale where out != 0 (a
+    kept, positive value), else 0."""
+    if grad_head.shape[0]:
+        grad = torch.cat((grad[:grad_head.shape[0]] + grad_head, grad[grad_head.shape[0]:]))
+    return torch.where(out != 0, grad * dropout_scale(p, grad.dtype), 0)
+
+
 def _sparse_adjacency(indptr, indices, values, shape):
     # The plan's CSR is valid by construction: skip torch's invariant checks (and their
     # warning about skipping them) and its beta-state notice.

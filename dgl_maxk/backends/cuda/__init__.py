@@ -40,7 +40,7 @@ __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_to_dense_sums", "cbs
            "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "layer_norm", "layer_norm_backward",
            "layer_norm_maxk", "layer_norm_backward_cbsr",
            "block_degrees", "sample_edges", "sample_block_edges", "gather_rows", "nan_counters",
-           "launch"]
+           "relu_dropout", "relu_dropout_backward", "launch"]
 
 
 def maxk_cbsr(h: torch.Tensor, k: int, nan_stats=None):
@@ -263,3 +263,28 @@ def gather_rows(table, index):
     if not (table.is_contiguous() and table.dim() >= 1 and (table.is_cuda or table.is_pinned())):
         return reference.gather_rows(table, index)
     return kernels.gather_rows(table, index.to(torch.int64).contiguous())
+
+
+def _relu_dropout_kernels_take(*tensors) -> bool:
+    """fp32, contiguous, 16-byte aligned, rows of a multiple of 4 elements (the kernels move
+    4 at a time, and a head of whole rows is whole words)."""
+    return all(t.dtype == torch.float32 and t.is_contiguous() and t.data_ptr() % 16 == 0
+               and t.dim() >= 1 and (t.numel() // max(t.shape[0], 1)) % 4 == 0
+               for t in tensors)
+
+
+def relu_dropout(x, seed, p: float, num_head: int, nan_stats=None):
+    """(out, head) as the reference, in one pass; the dropout's mask from Philox4x32-10 bits
+    under ``seed`` (an int64 on the GPU, drawn by torch's generator), so that a seed gives
+    one mask. Tensors the kernel does not take (``_relu_dropout_kernels_take``), and p > 0
+    without a seed, go to the reference."""
+    if not _relu_dropout_kernels_take(x) or (p > 0 and seed is None):
+        return reference.relu_dropout(x, seed, p, num_head, nan_stats)
+    return kernels.relu_dropout(x, seed, p, num_head, nan_stats)
+
+
+def relu_dropout_backward(out, grad, grad_head, p: float):
+    """The reference's gradient, in one pass."""
+    if not _relu_dropout_kernels_take(out, grad, grad_head):
+        return reference.relu_dropout_backward(out, grad, grad_head, p)
+    return kernels.relu_dropout_backward(out, grad, grad_head, p)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ...sparse.cbsr import index_dtype
+from .. import reference
 from . import launch as heuristics  # (runtime.launch is the launch itself)
 from .runtime import grid, i32, i64, kernel, launch, ptr
 
@@ -362,3 +363,38 @@ def nan_counters(x: torch.Tensor) -> torch.Tensor:
     launch(kern, blocks, warps * 32, (ptr(x), i64(words), i64(x.numel()), ptr(counters)), 0,
            x.device)
     return counters
+
+
+def _elementwise_launch(func: str, numel: int, args, device):
+    """Launch ``func`` of relu_dropout.cu with a thread per 4 elements."""
+    warps = heuristics.option("relu_dropout", "warps")
+    kern = kernel("relu_dropout", func, {"WARPS": warps}, device.index)
+    launch(kern, -(-numel // (4 * 32 * warps)), 32 * warps, args, 0, device)
+
+
+def relu_dropout(x: torch.Tensor, seed: Optional[torch.Tensor], p: float, num_head: int,
+                 nan_stats: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty_like(x)
+    head = x.new_empty((num_head,) + x.shape[1:])
+    if x.numel():
+        # kept where the element's 32 random bits reach ceil(p 2^32): never at p = 1
+        threshold = 0 if p == 0 else min(math.ceil(p * 2 ** 32), 2 ** 32)
+        _elementwise_launch(
+            "relu_dropout", x.numel(),
+            (ptr(x), ptr(out), ptr(head), i64(x.numel() // 4), i64(head.numel() // 4),
+             _ptr_or_null(seed), np.uint64(threshold),
+             np.float32(reference.dropout_scale(p, torch.float32)), _ptr_or_null(nan_stats)),
+            x.device)
+    return out, head
+
+
+def relu_dropout_backward(out: torch.Tensor, grad: torch.Tensor, grad_head: torch.Tensor,
+                          p: float) -> torch.Tensor:
+    grad_x = torch.empty_like(out)
+    if out.numel():
+        _elementwise_launch(
+            "relu_dropout_backward", out.numel(),
+            (ptr(out), ptr(grad), ptr(grad_head), ptr(grad_x), i64(out.numel() // 4),
+             i64(grad_head.numel() // 4), np.float32(reference.dropout_scale(p, torch.float32))),
+            out.device)
+    return grad_x

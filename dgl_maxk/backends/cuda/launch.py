@@ -29,6 +29,7 @@ DEFAULTS = {
     "dense_rows": {"warps": 8},
     "gather_rows": {"warps": 8},
     "nan_counters": {"warps": 8, "unroll": 4},
+    "relu_dropout": {"warps": 8},
 }
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Every option a kernel's configuration reads (the defaults and the variants of --tune).
@@ -40,7 +41,7 @@ _OPTIONS = {"cbsr_spgemm": {"qv", "persist", "minb", "u", "banked", "banked_max_
             "cbsr_sddmm": {"persist", "minb", "u", "prefetch"},
             "sample_neighbors": {"max_fanout", "threads"},
             "dense_rows": {"warps"}, "gather_rows": {"warps"},
-            "nan_counters": {"warps", "unroll"}}
+            "nan_counters": {"warps", "unroll"}, "relu_dropout": {"warps"}}
 
 #: The overrides in effect (the stack's top), seen by every thread: autograd runs a CUDA
 #: backward on its own thread, which a context variable's value would not reach.

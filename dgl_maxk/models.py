@@ -8,6 +8,8 @@
 
 ``nonlinearity='relu'`` puts ReLU where MaxK is, and aggregates dense features. ``graph`` is
 a DGLGraph (full-graph training) or a list of one block per layer (mini-batch training).
+Under ReLU each layer's ReLU and dropout run as one operator
+(:func:`dgl_maxk.ops.relu_dropout`) where no hook watches them.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .nn import GINConv, GraphConv, LayerNorm, SAGEConv
-from .ops import linear, linear_maxk, maxk
-from .sparse import CBSR, check_k, input_checks
+from .ops import linear, linear_maxk, maxk, relu_dropout
+from .sparse import CBSR, check_k, graph_plan, input_checks
 
 NONLINEARITIES = ("maxk", "relu")
 
@@ -175,7 +177,11 @@ class MaxKSAGE(MaxKGNN):
         for i, conv in enumerate(self.layers):
             g = self.layer_graph(graph, i)
             if self.k is None:
-                h = conv(g, F.relu(h))
+                if _fusable_dropout(conv, g, h):  # the fused operator scanned h for NaN
+                    with input_checks(False):
+                        h = conv(g, _relu_dropout(h, conv.feat_drop, g), skip_feat_drop=True)
+                else:
+                    h = conv(g, F.relu(h))
                 continue
             fuse = i < last and _fusable(conv, self.layers[i + 1])
             # rows from the fused operator were scanned for NaN by it
@@ -211,6 +217,31 @@ def _linear_maxk(linear, x, k) -> CBSR:
     return linear_maxk(x, k, weight, linear.bias)
 
 
+def _fusable_dropout(conv, graph, h) -> bool:
+    """Whether the ReLU of ``h`` can run fused with the ``feat_drop`` of ``conv``
+    (:func:`_relu_dropout`): dgl_maxk's SAGEConv with the 'mean' or 'gcn' aggregator,
+    torch's Dropout, no hooks that would see the feature pair it hands over or the dropout
+    it skips, and a row for each source node (else the layer's own error)."""
+    return (isinstance(conv, SAGEConv) and conv._aggre_type in ("mean", "gcn")
+            and _unwatched_dropout(conv.feat_drop) and not conv._forward_pre_hooks
+            and h.shape[0] == graph_plan(graph, h.device).num_src)
+
+
+def _unwatched_dropout(dropout) -> bool:
+    return (type(dropout) is nn.Dropout
+            and not (dropout._forward_pre_hooks or dropout._forward_hooks))
+
+
+def _relu_dropout(h, dropout, graph=None):
+    """``dropout(relu(h))`` as one operator (:func:`dgl_maxk.ops.relu_dropout`); on a
+    block, the pair (source rows, destination rows), the latter a tensor of their own, so
+    that their gradients meet in the operator's backward."""
+    is_block = graph is not None and graph.is_block
+    num_dst = graph_plan(graph, h.device).num_dst if is_block else 0
+    out, head = relu_dropout(h, dropout.p, dropout.training, num_head=num_dst)
+    return (out, head) if is_block else out
+
+
 def _fusable(conv, following) -> bool:
     """Whether ``conv``'s LayerNorm can run fused with the MaxK that ``following`` applies to
     its output: dgl_maxk's LayerNorm, a MaxK layer next, and no hooks that would see the
@@ -235,10 +266,16 @@ class _LinearActDropConv(MaxKGNN):
 
     def forward(self, graph, feat):
         h = F.relu(self.lin_in(feat))
+        fuse_dropout = self.k is None and _unwatched_dropout(self.dropout)
         for i, lin in enumerate(self.linears):
+            g = self.layer_graph(graph, i)
+            if fuse_dropout:  # the fused operator scans for NaN
+                with input_checks(False):
+                    h = self.norms[i](self.convs[i](g, _relu_dropout(lin(h), self.dropout)))
+                continue
             x = (_linear_maxk(lin, h, self.k) if _fusable_linear(lin, self.k)
                  else self.activate(lin(h)))
-            h = self.norms[i](self.convs[i](self.layer_graph(graph, i), self.drop(x)))
+            h = self.norms[i](self.convs[i](g, self.drop(x)))
         return self.lin_out(h)
 
     def layer_input(self, i, h):

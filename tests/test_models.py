@@ -126,6 +126,48 @@ def test_linear_and_maxk_fuse_only_where_nothing_watches(name, monkeypatch):
     assert len(calls) == (1 if name == "sage" else 3)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+@pytest.mark.parametrize("blocks", (False, True), ids=("graph", "blocks"))
+@pytest.mark.parametrize("name", ("sage", "gcn", "gin"))
+def test_relu_and_dropout_fuse_only_where_nothing_watches(name, blocks, device, monkeypatch, h):
+    """Under ReLU each layer's ReLU and dropout run as one operator, which skips the dropout's
+    module call: with a hook on the dropout they run unfused, and the output and gradients
+    are the same either way (CPU: torch's dropout either way, the same masks for the same
+    seed; GPU: the kernel draws other masks than torch's, so dropout 0 there). On blocks
+    SAGE hands the layer its destination rows apart (their gradients meet in the fused
+    backward)."""
+    from dgl_maxk import library
+    calls = []
+    real = library.relu_dropout
+    monkeypatch.setattr(library, "relu_dropout", lambda *a: calls.append(a[3]) or real(*a))
+    g, feat, _ = planted_partition(60)
+    dropout = 0.5 if device == "cpu" else 0.0
+    model = build_model(name, 8, 16, 3, num_layers=2, dropout=dropout,
+                        nonlinearity="relu").to(device)
+    if blocks:
+        top, top_src, _, _ = h.block_of(g, h.random_seeds(60, 10))
+        bottom, bottom_src, _, _ = h.block_of(g, top_src)
+        g, feat = [bottom, top], feat[bottom_src]  # plans follow the features' device
+    feat = feat.to(device)
+
+    def run():
+        torch.manual_seed(0)
+        out = model(g, feat)
+        return out, torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    fused_out, fused_grads = run()
+    heads = [bottom.num_dst_nodes(), top.num_dst_nodes()] if blocks else [0, 0]
+    assert calls == (heads if name == "sage" else [0, 0])
+    drop = model.layers[0].feat_drop if name == "sage" else model.dropout
+    handle = drop.register_forward_hook(lambda *a: calls.append("hooked"))
+    hooked_out, hooked_grads = run()
+    handle.remove()
+    assert calls[2:] == (["hooked"] if name == "sage" else ["hooked", "hooked"]) + (
+        [heads[1]] if name == "sage" else [])
+    torch.testing.assert_close(hooked_out, fused_out)
+    for a, b in zip(hooked_grads, fused_grads):
+        torch.testing.assert_close(a, b)
+
+
 def test_sage_layer_with_dense_destination_under_autocast():
     """A (CBSR source, dense destination) pair (k=None: used as given) under bf16 autocast:
     the self GEMM is autocast's (out of place), as the neighbour GEMM is."""

@@ -74,29 +74,33 @@ class SAGEConv(dgl.nn.SAGEConv):
     def extra_repr(self):
         return f"k={self.k}" if self.k is not None else ""
 
-    def forward(self, graph, feat, edge_weight=None, *, skip_norm=False):
+    def forward(self, graph, feat, edge_weight=None, *, skip_norm=False,
+                skip_feat_drop=False):
         """Compute the layer on ``graph`` (DGLGraph or block) for ``feat``: a tensor, a CBSR
         matrix, or a (source, destination) pair of them. Returns (N_dst, out_feats).
         ``skip_norm=True`` returns the output before ``norm`` ('mean' and 'gcn'), for a
         caller that applies the norm itself (the models fuse the LayerNorm with the next
-        layer's MaxK: :meth:`dgl_maxk.nn.LayerNorm.maxk`). ``edge_weight`` must be finite
-        (see :func:`dgl_maxk.cbsr_spgemm`)."""
+        layer's MaxK: :meth:`dgl_maxk.nn.LayerNorm.maxk`). ``skip_feat_drop=True`` leaves
+        out ``feat_drop``, for a caller that applied it ('mean' and 'gcn'; the models fuse
+        it with their ReLU: :func:`dgl_maxk.ops.relu_dropout`). ``edge_weight`` must be
+        finite (see :func:`dgl_maxk.cbsr_spgemm`)."""
         if self._aggre_type in ("pool", "lstm"):
-            if skip_norm:
-                raise ValueError(f"skip_norm applies to the 'mean' and 'gcn' aggregators, "
-                                 f"not '{self._aggre_type}'")
+            if skip_norm or skip_feat_drop:
+                raise ValueError(f"skip_norm and skip_feat_drop apply to the 'mean' and "
+                                 f"'gcn' aggregators, not '{self._aggre_type}'")
             feat = check_dgl_path(graph, feat, edge_weight,
                                   (self._in_src_feats, self._in_dst_feats))
             return super().forward(graph, feat, edge_weight)
-        rst = self._combine(graph, feat, edge_weight)
+        rst = self._combine(graph, feat, edge_weight, skip_feat_drop)
         if self.activation is not None:
             rst = self.activation(rst)
         if self.norm is not None and not skip_norm:
             rst = self.norm(rst)
         return rst
 
-    def _combine(self, graph, feat, edge_weight):
-        src, dst, plan = split_features(graph, feat, self.k, self.feat_drop,
+    def _combine(self, graph, feat, edge_weight, skip_feat_drop):
+        src, dst, plan = split_features(graph, feat, self.k,
+                                        None if skip_feat_drop else self.feat_drop,
                                         (self._in_src_feats, self._in_dst_feats))
         agg = functools.partial(aggregate, plan, check_nan=False)  # scanned by split_features
         # DGL projects before aggregating when that is cheaper; never on sparse input.

@@ -139,7 +139,7 @@ def relu_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, *,
         raise ValueError(f"num_head must be a row count of features of shape "
                          f"{tuple(x.shape)}, got {num_head}")
     p = float(p) if training else 0.0
-    seed = (torch.empty((), dtype=torch.int64, device=x.device).random_()
+    seed = (torch.randint(2 ** 62, (), dtype=torch.int64, device=x.device)
             if p > 0 and x.is_cuda else None)
     count = check_nan and checks_enabled()
     out, head, counters = library.relu_dropout(x, seed, p, int(num_head), count)

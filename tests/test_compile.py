@@ -181,8 +181,9 @@ def forward_backward(model, graph, x):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("nonlinearity", ["maxk", "relu"])
 @pytest.mark.parametrize("name", ["sage", "gcn", "gin"])
-def test_models_compile_whole_and_match_eager(name, backend, device):
+def test_models_compile_whole_and_match_eager(name, nonlinearity, backend, device):
     """fullgraph=True: one graph, no break (dynamo raises otherwise), forward and backward,
     on a graph whose plan was built first (the compiled code reads it)."""
     if backend == "inductor" and device == "cpu":
@@ -190,7 +191,8 @@ def test_models_compile_whole_and_match_eager(name, backend, device):
                     "runs it)")
     graph = small_graph()
     x = torch.randn(graph.num_nodes(), 8, device=device)
-    model = build_model(name, 8, 16, 3, num_layers=2, k=4, dropout=0.0).to(device)
+    model = build_model(name, 8, 16, 3, num_layers=2, k=4, dropout=0.0,
+                        nonlinearity=nonlinearity).to(device)
     graph_plan(graph, device)
     got = forward_backward(torch.compile(model, fullgraph=True, backend=backend), graph, x)
     want = forward_backward(model, graph, x)
@@ -208,6 +210,24 @@ def test_a_model_compiles_whole_on_sampled_blocks(device):
     model = build_model("sage", 8, 16, 3, num_layers=2, k=4, dropout=0.0).to(device)
     got = forward_backward(torch.compile(model, fullgraph=True, backend="aot_eager"), blocks, x)
     torch.testing.assert_close(got, forward_backward(model, blocks, x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_relu_model_with_dropout_compiles_whole_on_sampled_blocks(device):
+    """The fused ReLU and dropout (its seed drawn in the graph on GPUs, the destination rows
+    apart) in one graph, forward and backward: each call drops anew."""
+    from dgl_maxk.sampling import DeviceGraph, NeighborSampler
+    graph = small_graph(60)
+    _, _, blocks = NeighborSampler([4, 4]).sample(DeviceGraph.of(graph, device),
+                                                  torch.arange(10, device=device))
+    x = torch.randn(blocks[0].num_src_nodes(), 8, device=device)
+    model = build_model("sage", 8, 16, 3, num_layers=2, dropout=0.5,
+                        nonlinearity="relu").to(device)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    first, grads = forward_backward(compiled, blocks, x)
+    second, _ = forward_backward(compiled, blocks, x)
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert not torch.equal(first, second)
 
 
 def test_a_graph_without_a_plan_says_how_to_compile_it_whole():

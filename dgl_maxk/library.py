@@ -476,10 +476,30 @@ def _relu_dropout_backward_fake(out, grad, grad_head, p):
     return torch.empty_like(out)
 
 
-@operator("relu_dropout_backward", _relu_dropout_backward_fake)
+def _relu_dropout_backward_setup(ctx, inputs, output):
+    out, _, grad_head, ctx.p = inputs
+    ctx.num_head = grad_head.shape[0]
+    ctx.save_for_backward(out)
+
+
+def _relu_dropout_backward_backward(ctx, grad_grad_x):
+    # linear in (grad, grad_head), under the same mask and scale
+    (out,) = ctx.saved_tensors
+    grad_grad = relu_dropout_backward(out, grad_grad_x,
+                                      grad_grad_x.new_zeros((0,) + out.shape[1:]), ctx.p)
+    return None, grad_grad, grad_grad[:ctx.num_head], None
+
+
+@operator("relu_dropout_backward", _relu_dropout_backward_fake, _relu_dropout_backward_setup,
+          _relu_dropout_backward_backward)
 def relu_dropout_backward(out: Tensor, grad: Tensor, grad_head: Tensor, p: float) -> Tensor:
     """The gradient of :func:`relu_dropout`'s ``x``: (grad, plus grad_head on the first
-    rows) times the dropout's scale where out != 0, else 0."""
+    rows) times the dropout's scale where out != 0, else 0 (differentiable in turn)."""
+    if (grad.shape != out.shape or grad_head.shape[1:] != out.shape[1:]
+            or grad_head.shape[0] > out.shape[0]):
+        raise ValueError(f"relu_dropout_backward takes gradients of out's shape "
+                         f"{tuple(out.shape)} and of its first rows, got "
+                         f"{tuple(grad.shape)} and {tuple(grad_head.shape)}")
     return backends.for_tensor(out).relu_dropout_backward(out, grad.contiguous(),
                                                           grad_head.contiguous(), p)
 

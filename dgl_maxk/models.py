@@ -170,16 +170,19 @@ class MaxKSAGE(MaxKGNN):
     def forward(self, graph, feat):
         # whether h holds CBSR rows from an operator fused with their MaxK (lin_in's here,
         # then a LayerNorm's)
-        first_k = getattr(self.layers[0], "k", None)  # None: a layer of the caller's own
+        # None: ReLU first (a MaxK layer a caller put in a ReLU model takes the ReLU's
+        # output), or a layer of the caller's own
+        first_k = getattr(self.layers[0], "k", None) if self.k is not None else None
         fused = _fusable_linear(self.lin_in, first_k, self.layers[0])
         h = _linear_maxk(self.lin_in, feat, first_k) if fused else self.lin_in(feat)
         last = len(self.layers) - 1
         for i, conv in enumerate(self.layers):
             g = self.layer_graph(graph, i)
             if self.k is None:
-                if _fusable_dropout(conv, g, h):  # the fused operator scanned h for NaN
-                    with input_checks(False):
-                        h = conv(g, _relu_dropout(h, conv.feat_drop, g), skip_feat_drop=True)
+                if _fusable_dropout(conv, g, h):
+                    x = _relu_dropout(h, conv.feat_drop, g)
+                    with input_checks(False):  # the fused operator scanned h for NaN
+                        h = conv(g, x, skip_feat_drop=True)
                 else:
                     h = conv(g, F.relu(h))
                 continue
@@ -219,11 +222,13 @@ def _linear_maxk(linear, x, k) -> CBSR:
 
 def _fusable_dropout(conv, graph, h) -> bool:
     """Whether the ReLU of ``h`` can run fused with the ``feat_drop`` of ``conv``
-    (:func:`_relu_dropout`): dgl_maxk's SAGEConv with the 'mean' or 'gcn' aggregator,
-    torch's Dropout, no hooks that would see the feature pair it hands over or the dropout
-    it skips, and a row for each source node (else the layer's own error)."""
-    return (isinstance(conv, SAGEConv) and conv._aggre_type in ("mean", "gcn")
-            and _unwatched_dropout(conv.feat_drop) and not conv._forward_pre_hooks
+    (:func:`_relu_dropout`): dgl_maxk's dense SAGEConv (no k: a MaxK layer drops after its
+    top-k) with the 'mean' or 'gcn' aggregator, torch's Dropout, no hooks that would see the
+    feature pair it hands over or the dropout it skips, and a row for each source node
+    (else the layer's own error)."""
+    return (isinstance(conv, SAGEConv) and conv.k is None
+            and conv._aggre_type in ("mean", "gcn") and _unwatched_dropout(conv.feat_drop)
+            and not (conv._forward_pre_hooks or conv._forward_hooks)
             and h.shape[0] == graph_plan(graph, h.device).num_src)
 
 
@@ -269,9 +274,11 @@ class _LinearActDropConv(MaxKGNN):
         fuse_dropout = self.k is None and _unwatched_dropout(self.dropout)
         for i, lin in enumerate(self.linears):
             g = self.layer_graph(graph, i)
-            if fuse_dropout:  # the fused operator scans for NaN
-                with input_checks(False):
-                    h = self.norms[i](self.convs[i](g, _relu_dropout(lin(h), self.dropout)))
+            if fuse_dropout:
+                x = _relu_dropout(lin(h), self.dropout)
+                with input_checks(False):  # the fused operator scanned lin(h) for NaN
+                    h = self.convs[i](g, x)
+                h = self.norms[i](h)
                 continue
             x = (_linear_maxk(lin, h, self.k) if _fusable_linear(lin, self.k)
                  else self.activate(lin(h)))

@@ -124,7 +124,8 @@ def relu_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, *,
     from Philox4x32-10 bits under a seed that torch's generator draws for each call: one mask
     for one ``torch.manual_seed``, a new one on each CUDA graph replay, but other bits than
     torch's dropout. Elsewhere, and for tensors other than fp32 of rows of a multiple of 4
-    elements: torch's ReLU and dropout.
+    elements: torch's ReLU and dropout. A dropped +inf gives NaN, as in torch (inf x 0),
+    and there the backward passes the gradient, where torch's gives 0.
 
     Example
     -------

@@ -16,7 +16,8 @@
 // Backward: grad_x = (grad + grad_head on the head's words) * scale where out != 0, else 0.
 //   out is nonzero exactly where the element was kept and x > 0 (scale >= 1: x * scale
 //   never underflows), so no mask is kept. (Where a NaN gradient meets a dropped element
-//   torch's product gives NaN and this gives 0.)
+//   torch's product gives NaN and this gives 0; where a dropped +inf made a NaN, this
+//   passes the gradient and torch's gives 0.)
 //
 // Compile-time constants (-D): WARPS, warps per block.
 

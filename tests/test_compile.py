@@ -120,8 +120,8 @@ def row_cases(device):
 
 
 def dropout_cases(device):
-    """ReLU and dropout: a head of no rows, some, all; no rows; rows of 6 elements (the
-    reference on GPUs too). Dropout only where the op's mask is a function of its inputs
+    """ReLU and dropout: a head of no rows, some, all; no rows; rows of 6 elements, and a
+    transposed input (the reference on GPUs too). Dropout only where the op's mask is a function of its inputs
     (the kernel's, from the seed), as opcheck compares repeated calls."""
     seed = torch.tensor(123456789, device=device)
     for n, d, num_head in ((9, 8, 0), (9, 8, 4), (9, 8, 9), (0, 8, 0), (5, 6, 2)):
@@ -132,6 +132,8 @@ def dropout_cases(device):
             out = torch.relu(x.detach()) * (torch.rand(n, d, device=device) > p) / (1 - p)
             yield dgl_ops.relu_dropout_backward, (out, torch.randn(n, d, device=device),
                                                   torch.randn(num_head, d, device=device), p)
+    transposed = leaf(8, 5, device=device).t()  # the reference's, strides kept
+    yield dgl_ops.relu_dropout, (transposed, None, 0.0, 2, False)
 
 
 CASES = {"maxk": maxk_cases, "dense rows": dense_row_cases, "aggregation": aggregation_cases,

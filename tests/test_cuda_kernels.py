@@ -1038,6 +1038,25 @@ def test_relu_dropout_backward_is_the_reference(p):
                            reference.relu_dropout_backward(out, grad, grad_head, 0.5)), seed
 
 
+def test_relu_dropout_second_derivatives_through_the_kernels():
+    """A gradient penalty through the fused operator (kernels both ways, p = 0.5, a head)
+    matches the same model written with its mask (read off the output) in torch: the
+    second pass goes through the backward's gradient inputs."""
+    seed = fresh_seed()
+    a = torch.randn(300, 12, device=DEV)
+    w1 = torch.randn(12, 64, device=DEV, requires_grad=True)
+    w2 = torch.randn(64, 8, device=DEV, requires_grad=True)
+
+    def penalty(out, head):
+        y = (out @ w2).square().sum() + (head @ w2).sum()
+        grad, = torch.autograd.grad(y, w1, create_graph=True)
+        return torch.autograd.grad(grad.square().sum(), (w1, w2))
+    out, head = ops.relu_dropout(a @ w1, 0.5, num_head=40)
+    want = (a @ w1) * ((out != 0).float() * 2)
+    for got, expected in zip(penalty(out, head), penalty(want, want[:40])):
+        assert rel_err(got, expected) < TOL, seed
+
+
 def test_relu_dropout_draws_a_new_mask_each_graph_replay():
     """Under a CUDA graph the op's seed comes from torch's generator at each replay: new
     masks each replay, and the same sequence again after the same torch.manual_seed."""

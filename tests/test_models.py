@@ -168,6 +168,48 @@ def test_relu_and_dropout_fuse_only_where_nothing_watches(name, blocks, device, 
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+@pytest.mark.parametrize("name", ("sage", "gcn", "gin"))
+def test_relu_models_report_nan_fused_or_not(name, device):
+    """NaN reaching a layer's ReLU is named as its features, whether the ReLU and dropout
+    run fused (their operator scans them) or apart (a hook on the dropout)."""
+    g, feat, _ = planted_partition(60)
+    model = build_model(name, 8, 16, 3, num_layers=2, dropout=0.5,
+                        nonlinearity="relu").to(device)
+    with torch.no_grad():
+        model.lin_in.weight[0, 0] = float("nan")
+    feat = feat.to(device)
+    with pytest.raises(ValueError, match="features contains"):
+        model(g, feat)
+    drop = model.layers[0].feat_drop if name == "sage" else model.dropout
+    drop.register_forward_hook(lambda *a: None)
+    with pytest.raises(ValueError, match="features contains"):
+        model(g, feat)
+
+
+def test_relu_sage_fuses_only_dense_layers_no_hook_watches(monkeypatch):
+    """A MaxK layer a caller put in a ReLU SAGE model drops after its top-k, and a forward
+    hook on a layer sees what it was given: neither runs the fused ReLU and dropout."""
+    from dgl_maxk import library
+    from dgl_maxk.nn import LayerNorm
+    calls = []
+    real = library.relu_dropout
+    monkeypatch.setattr(library, "relu_dropout", lambda *a: calls.append(1) or real(*a))
+    g, feat, _ = planted_partition(60)
+    model = build_model("sage", 8, 16, 3, num_layers=2, nonlinearity="relu")
+    model(g, feat)
+    assert len(calls) == 2
+    for i in (1, 0):
+        model.layers[i] = SAGEConv(16, 16, "mean", feat_drop=0.5, norm=LayerNorm(16), k=4)
+        model(g, feat)
+    assert len(calls) == 3
+    model.layers[1] = SAGEConv(16, 16, "mean", feat_drop=0.5, norm=LayerNorm(16))
+    seen = []
+    model.layers[1].register_forward_hook(lambda m, args, out: seen.append(args[1]))
+    model(g, feat)
+    assert len(calls) == 3 and isinstance(seen[0], torch.Tensor)
+
+
 def test_sage_layer_with_dense_destination_under_autocast():
     """A (CBSR source, dense destination) pair (k=None: used as given) under bf16 autocast:
     the self GEMM is autocast's (out of place), as the neighbour GEMM is."""

@@ -671,6 +671,9 @@ def test_relu_dropout_is_dropout_of_relu(p):
     assert torch.equal(out, F.relu(x))
     x64 = torch.randn(9, 4, dtype=torch.float64, requires_grad=True)
     assert gradcheck(lambda xx: torch.cat(relu_dropout(xx, 0.0, num_head=3)), (x64,))
+    # twice differentiable: the backward's own gradient (through the gradients it takes)
+    assert torch.autograd.gradgradcheck(lambda xx: torch.cat(relu_dropout(xx, 0.0,
+                                                                          num_head=3)), (x64,))
 
 
 def test_relu_dropout_checks_its_input():

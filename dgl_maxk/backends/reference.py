@@ -132,16 +132,19 @@ def relu_dropout(x: torch.Tensor, seed, p: float, num_head: int, nan_stats=None)
     out = torch.relu(x)
     if p > 0:
         out = torch.nn.functional.dropout(out, p)
-    return out, out[:num_head].clone()
+    return out, out[:num_head].clone(memory_format=torch.contiguous_format)
 
 
 def relu_dropout_backward(out, grad, grad_head, p: float):
     """The gradient of :func:`relu_dropout`'s ``x`` from those of ``out`` and ``head``:
     (grad, plus grad_head on the first rows) times the dropout's scale where out != 0 (a
-    kept, positive value), else 0."""
+    kept, positive value), else 0; scaled as torch's dropout scales on the device (fp32
+    for half precision on GPUs, the tensor's dtype elsewhere)."""
     if grad_head.shape[0]:
         grad = torch.cat((grad[:grad_head.shape[0]] + grad_head, grad[grad_head.shape[0]:]))
-    return torch.where(out != 0, grad * dropout_scale(p, grad.dtype), 0)
+    acc = torch.float32 if grad.is_cuda and grad.element_size() < 4 else grad.dtype
+    scaled = (grad.to(acc) * dropout_scale(p, acc)).to(grad.dtype)
+    return torch.where(out != 0, scaled, 0)
 
 
 def _sparse_adjacency(indptr, indices, values, shape):

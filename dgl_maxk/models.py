@@ -168,11 +168,11 @@ class MaxKSAGE(MaxKGNN):
             for _ in range(num_layers))
 
     def forward(self, graph, feat):
-        # whether h holds CBSR rows from an operator fused with their MaxK (lin_in's here,
-        # then a LayerNorm's)
         # None: ReLU first (a MaxK layer a caller put in a ReLU model takes the ReLU's
         # output), or a layer of the caller's own
         first_k = getattr(self.layers[0], "k", None) if self.k is not None else None
+        # whether h holds CBSR rows from an operator fused with their MaxK (lin_in's here,
+        # then a LayerNorm's)
         fused = _fusable_linear(self.lin_in, first_k, self.layers[0])
         h = _linear_maxk(self.lin_in, feat, first_k) if fused else self.lin_in(feat)
         last = len(self.layers) - 1
@@ -273,16 +273,15 @@ class _LinearActDropConv(MaxKGNN):
         h = F.relu(self.lin_in(feat))
         fuse_dropout = self.k is None and _unwatched_dropout(self.dropout)
         for i, lin in enumerate(self.linears):
-            g = self.layer_graph(graph, i)
             if fuse_dropout:
                 x = _relu_dropout(lin(h), self.dropout)
-                with input_checks(False):  # the fused operator scanned lin(h) for NaN
-                    h = self.convs[i](g, x)
-                h = self.norms[i](h)
-                continue
-            x = (_linear_maxk(lin, h, self.k) if _fusable_linear(lin, self.k)
-                 else self.activate(lin(h)))
-            h = self.norms[i](self.convs[i](g, self.drop(x)))
+            else:
+                x = self.drop(_linear_maxk(lin, h, self.k) if _fusable_linear(lin, self.k)
+                              else self.activate(lin(h)))
+            # the fused operator scanned lin(h) for NaN
+            with input_checks(False) if fuse_dropout else contextlib.nullcontext():
+                h = self.convs[i](self.layer_graph(graph, i), x)
+            h = self.norms[i](h)
         return self.lin_out(h)
 
     def layer_input(self, i, h):

@@ -65,4 +65,10 @@ typedef long long src_t;
 #endif
 #endif
 
+// The rows of a sampled block's destination nodes that are nodes: *real_rows where the
+// caller counted them on the device (the rest of the n rows is room), else all n.
+__device__ __forceinline__ long long rows_of(const long long* real_rows, long long n) {
+    return real_rows ? *real_rows : n;
+}
+
 #endif  // CBSR_TYPES_CUH

@@ -5,6 +5,10 @@
 // block_degrees: each row's entry count in the block, min(in-degree, fanout) (all for
 // fanout < 0), whose prefix sum the caller makes the block's row pointers.
 //
+// Both take n rows of dst, of which the first *real_rows are nodes where the caller passes
+// that count (made on the device by the hop before, so that a batch's hops need no read
+// back to the host); the rest is room, of degree 0.
+//
 // sample_edges: one thread per row. A row of in-degree <= fanout (or fanout < 0: all
 // neighbours) takes its in-edges in order; a larger row keeps a uniform random
 // fanout-subset by Floyd's algorithm over its fanout draws u_j in [0, 1): step j picks
@@ -36,10 +40,12 @@ typedef int eid_t;
 
 extern "C" __global__ void block_degrees(
     const long long* __restrict__ graph_indptr, const long long* __restrict__ dst,
-    long long* __restrict__ out, long long n, int fanout)
+    const long long* __restrict__ real_rows, long long* __restrict__ out, long long n,
+    int fanout)
 {
     long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (r >= n) return;
+    if (r >= rows_of(real_rows, n)) { out[r] = 0; return; }
     long long node = dst[r];
     long long degree = graph_indptr[node + 1] - graph_indptr[node];
     out[r] = fanout < 0 || degree <= fanout ? degree : fanout;
@@ -60,11 +66,12 @@ __device__ __forceinline__ void emit(const src_t* __restrict__ graph_indices,
 extern "C" __global__ void sample_edges(
     const long long* __restrict__ graph_indptr, const src_t* __restrict__ graph_indices,
     const eid_t* __restrict__ graph_eids, const long long* __restrict__ dst,
-    const long long* __restrict__ block_indptr, const double* __restrict__ draws,
-    src_t* __restrict__ out_src, long long* __restrict__ out_eid, long long n, int fanout)
+    const long long* __restrict__ real_rows, const long long* __restrict__ block_indptr,
+    const double* __restrict__ draws, src_t* __restrict__ out_src,
+    long long* __restrict__ out_eid, long long n, int fanout)
 {
     long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (r >= n) return;
+    if (r >= rows_of(real_rows, n)) return;
     long long node = dst[r];
     long long start = graph_indptr[node];
     long long degree = graph_indptr[node + 1] - start;

@@ -4,8 +4,9 @@ Two passes per variant over a graph of ``bench_minibatch.py`` (the same ``--grap
 generator, sizes and model; products-sized by default):
 
 - **phases**: the eager step taken apart, the GPU synchronised at every boundary: each
-  hop's sampling (row pointers and edge count, the picks with their sources and edge ids,
-  unique and relabel, the block), the feature gather, each module's forward, the loss,
+  hop's sampling (row pointers, the picks with their sources and edge ids and the
+  relabelling, queued a batch ahead; then the seeds, the read of the sizes and the blocks),
+  the feature gather, each module's forward, the loss,
   each module's backward, the optimizer. The sum exceeds an unsynchronised step (every
   phase waits for the GPU), but it says which phase holds the time.
 - **trace**: ``torch.profiler`` over unsynchronised steps of the trainer's own step
@@ -111,7 +112,7 @@ class Laps:
 def timed_sampler(laps):
     """Wrap the sampler's internals so that each hop's parts lap under their names; returns
     a function that undoes it."""
-    originals = {n: getattr(sampler_module, n) for n in ("_block_rows", "sample_block")}
+    originals = {n: getattr(sampler_module, n) for n in ("_block_rows", "start_block")}
     hop = [0]
 
     def wrap(name, label):
@@ -121,14 +122,14 @@ def timed_sampler(laps):
             return out
         return inner
 
-    def sample_block(*args, **kwargs):
+    def start_block(*args, **kwargs):
         hop[0] += 1
-        out = originals["sample_block"](*args, **kwargs)
-        laps.lap(f"sample hop {hop[0]}: picks, relabel, block")
+        out = originals["start_block"](*args, **kwargs)
+        laps.lap(f"sample hop {hop[0]}: picks, relabel")
         return out
 
     sampler_module._block_rows = wrap("_block_rows", "row pointers")
-    sampler_module.sample_block = sample_block
+    sampler_module.start_block = start_block
 
     def undo():
         for name, fn in originals.items():
@@ -162,9 +163,13 @@ def phase_pass(model, graph, train_idx, feats, labels, device, args):
     undo, next_batch = timed_sampler(laps)
     handles = timed_modules(model, laps)
     opt = make_optimizer(model.parameters(), 0.003)
-    sampling = {"sampler": "device", "fanouts": args.fanouts, "batch_size": args.batch_size,
-                "prefetch": 0}
-    loader = iter(epoch_loader(None, train_idx, sampling, args.seed, 1, graph))
+    # the sampler itself, eagerly in this thread, each hop lapped (the loader's replay of a
+    # captured sampler holds every hop in one launch)
+    sampler = sampler_module.NeighborSampler(args.fanouts)
+    shuffled = torch.Generator().manual_seed(args.seed)
+    batches = train_idx[torch.randperm(len(train_idx), generator=shuffled)].split(
+        args.batch_size)
+    generator = torch.Generator(device).manual_seed(args.seed)
     model.train()
     try:
         for step in range(args.warmup + args.steps):
@@ -172,8 +177,9 @@ def phase_pass(model, graph, train_idx, feats, labels, device, args):
                 laps.seconds.clear()
             next_batch()
             laps.start()
-            input_nodes, output_nodes, blocks = next(loader)
-            laps.lap("sample: seeds and loader")
+            seeds = batches[step % len(batches)].to(device)
+            input_nodes, output_nodes, blocks = sampler.sample(graph, seeds, generator)
+            laps.lap("sample: seeds, sizes read, blocks")
             x, y = feats[input_nodes], labels[output_nodes]
             laps.lap("feature and label gather")
             opt.zero_grad(set_to_none=True)

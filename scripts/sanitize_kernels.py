@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from dgl_maxk.backends import cuda, reference  # noqa: E402
 from dgl_maxk.backends.cuda import launch  # noqa: E402
 from dgl_maxk.cli import run_command  # noqa: E402
-from dgl_maxk.sampling.sampler import block_indptr  # noqa: E402
+from dgl_maxk.sampling.sampler import _block_rows, block_indptr  # noqa: E402
 from dgl_maxk.sparse import GraphPlan, index_dtype  # noqa: E402
 
 
@@ -190,6 +190,19 @@ def check_sampler(dev) -> int:
                                                     reference.sample_edges(*args)))
         bad += not ok
         print(f"sample_edges fanout={fanout}: {'ok' if ok else 'MISMATCH'}")
+    # the same rows then room holding ids out of range, their count on the device: the
+    # kernels must read none of the room
+    room = torch.cat([dst, torch.tensor([-5, 10 ** 12, 9], device=dev)])
+    real = torch.tensor(dst.numel(), device=dev)
+    rows = _block_rows(indptr.to(dev), room, 5, real)
+    draws = torch.rand(room.numel(), 5, dtype=torch.float64, device=dev)
+    args = (indptr.to(dev), sources, edge_ids, room, rows, room.numel() * 5, 5, draws, real)
+    got, want = cuda.sample_block_edges(*args), reference.sample_block_edges(*args)
+    num_edges, num_src = want[3].tolist()
+    ok = got[3].tolist() == [num_edges, num_src] and all(
+        torch.equal(g[:n], w[:n]) for g, w, n in zip(got, want, (num_src, num_edges, num_edges)))
+    bad += not ok
+    print(f"sample_block_edges over room: {'ok' if ok else 'MISMATCH'}")
     return bad
 
 

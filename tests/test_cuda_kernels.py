@@ -16,7 +16,7 @@ import torch
 from dgl_maxk import backends, ops
 from dgl_maxk.backends import cuda, reference
 from dgl_maxk.backends.cuda import kernels as cuda_kernels, launch
-from dgl_maxk.sampling.sampler import block_indptr
+from dgl_maxk.sampling.sampler import _block_rows, block_indptr
 from dgl_maxk.sparse import GraphPlan, index_dtype
 
 pytestmark = pytest.mark.skipif(not cuda.available(), reason="no CUDA GPU with CuPy")
@@ -796,6 +796,18 @@ def test_relabel_sources_match_reference(num_nodes, index_dtype_):
     empty = torch.zeros(n + 1, dtype=torch.int64, device=DEV)
     src_nodes, _, counts = cuda_kernels.relabel_sources(dst, sources, empty)
     assert counts.tolist() == [0, n] and torch.equal(src_nodes[:n], dst), seed
+    # the same rows followed by room (ids the kernels must skip), their count on the device;
+    # the table bounded by the graph's node count
+    real = int(torch.randint(0, n + 1, ()))
+    room = torch.cat([dst[:real], torch.randint(-2 ** 40, 2 ** 40, (n - real,), device=DEV)])
+    flat = torch.cat([indptr[:real + 1], indptr[real].expand(n - real)])
+    num_edges = int(indptr[real])
+    src_nodes, local, counts = cuda_kernels.relabel_sources(
+        room, sources, flat, torch.tensor(real, device=DEV), num_nodes)
+    want_nodes, want_local = reference.relabel_sources(dst[:real], sources[:num_edges])
+    assert counts.tolist() == [num_edges, want_nodes.numel()], seed
+    assert torch.equal(src_nodes[:want_nodes.numel()], want_nodes), seed
+    assert torch.equal(local[:num_edges], want_local), seed
 
 
 @pytest.mark.parametrize("fanout", [1, 5, 15])
@@ -803,19 +815,60 @@ def test_sample_block_edges_match_reference(fanout):
     """A block sampled into room for the most the fan-out allows is the reference's block
     (exact sizes, the same source nodes, local ids and edge ids) from the same draws."""
     seed = fresh_seed()
-    n = 2000
-    degrees = torch.randint(0, 30, (n,))
-    degrees[torch.randperm(n)[:3]] = 3000
-    g_indptr, g_indices = _in_edge_csr(degrees, torch.int32)
-    eids = torch.randperm(g_indices.numel(), device=DEV)
-    dst = torch.randperm(n, device=DEV)[:777]
+    g_indptr, g_indices, eids = _graph_with_hubs(2000)
+    dst = torch.randperm(2000, device=DEV)[:777]
     b_indptr, _ = block_indptr(g_indptr, dst, fanout)
     draws = torch.rand(dst.numel(), fanout, dtype=torch.float64, device=DEV)
     args = (g_indptr, g_indices, eids, dst, b_indptr, dst.numel() * fanout, fanout, draws)
-    got = cuda.sample_block_edges(*args)
-    want = reference.sample_block_edges(*args)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype == torch.int64 and torch.equal(g, w), seed
+    assert_same_block(cuda.sample_block_edges(*args), reference.sample_block_edges(*args),
+                      seed)
+
+
+def _graph_with_hubs(n):
+    """(indptr, indices, edge ids) of an in-edge CSR of ``n`` nodes of in-degree 0 to 29 and
+    three hubs of 3,000 in-edges, its edge ids a random order."""
+    degrees = torch.randint(0, 30, (n,))
+    degrees[torch.randperm(n)[:3]] = 3000
+    g_indptr, g_indices = _in_edge_csr(degrees, torch.int32)
+    return g_indptr, g_indices, torch.randperm(g_indices.numel(), device=DEV)
+
+
+def assert_same_block(got, want, seed):
+    """Two backends' (src_nodes, local, edge_ids, counts): the same counts, and the same
+    tensors up to them (the kernels' are sized for the most the fan-out allows)."""
+    num_edges, num_src = want[3].tolist()
+    assert got[3].tolist() == [num_edges, num_src], seed
+    for g, w, size in zip(got[:3], want[:3], (num_src, num_edges, num_edges)):
+        assert g.dtype == w.dtype == torch.int64 and torch.equal(g[:size], w[:size]), seed
+
+
+@pytest.mark.parametrize("real", [0, 1, 700, 777])
+@pytest.mark.parametrize("fanout", [4, -1])
+def test_a_block_over_room_is_the_block_of_the_real_rows(real, fanout):
+    """Destination rows whose count is on the device (the hop before's): the rows past it
+    hold anything (ids out of range, negative) and add nothing; the block is the one of the
+    real rows, in either backend, and its row pointers are theirs, then flat."""
+    seed = fresh_seed()
+    g_indptr, g_indices, eids = _graph_with_hubs(2000)
+    room = torch.randint(-2 ** 40, 2 ** 40, (1001,), device=DEV)  # n not a multiple of a block
+    room[:real] = torch.randperm(2000, device=DEV)[:real]
+    rows = torch.tensor(real, device=DEV)
+    want_indptr, num_edges = block_indptr(g_indptr, room[:real], fanout)
+    for backend in (cuda, reference):
+        got = backend.block_degrees(g_indptr, room, fanout, rows)
+        assert torch.equal(got[:real], want_indptr.diff()), (seed, backend.__name__)
+        assert not got[real:].any(), (seed, backend.__name__)
+    indptr = _block_rows(g_indptr, room, fanout, rows)
+    assert torch.equal(indptr[:real + 1], want_indptr) and bool((indptr[real:] == num_edges).all())
+    draws = torch.rand(room.numel(), max(fanout, 1), dtype=torch.float64, device=DEV)
+    capacity = num_edges if fanout < 0 else room.numel() * fanout
+    want = reference.sample_block_edges(g_indptr, g_indices, eids, room[:real], want_indptr,
+                                        num_edges, fanout, draws[:real] if fanout > 0 else None)
+    for backend in (cuda, reference):
+        poison()
+        got = backend.sample_block_edges(g_indptr, g_indices, eids, room, indptr, capacity,
+                                         fanout, draws if fanout > 0 else None, rows)
+        assert_same_block(got, want, (seed, backend.__name__))
 
 
 @pytest.mark.parametrize("dtype, shape", [(torch.float32, (128,)), (torch.float32, (3,)),

@@ -38,6 +38,7 @@ from dgl_maxk.models import build_model
 from dgl_maxk.nn import GINConv, GraphConv, SAGEConv
 from dgl_maxk.sampling import DeviceGraph, NeighborLoader, NeighborSampler
 from dgl_maxk.sampling import loader as loader_module
+from dgl_maxk.sampling import sampler as sampler_module
 from dgl_maxk.sampling.sampler import sample_block
 from dgl_maxk.sparse import GraphPlan, SampledBlock, graph_plan
 from dgl_maxk.training import runner, sampling, step
@@ -718,15 +719,20 @@ def test_batch_seeds_differ_across_passes_ranks_and_batches():
     assert _mixed_seed(pass_seed, 0, 5) == _mixed_seed(pass_seed, 0, 5)
 
 
-def test_prefetch_defaults_to_two_threads_on_a_gpu_and_none_on_a_cpu():
+def test_prefetch_defaults_to_the_callers_thread_but_for_host_rows_on_a_gpu():
+    """No producer threads (the caller's thread samples, on a GPU a batch ahead), but two
+    on a GPU whose features are in host memory (the CPU gathers them)."""
     g = dgl.rand_graph(50, 200)
+    features = torch.randn(50, 4)
     loader = NeighborLoader(DeviceGraph.from_dgl(g, "cpu"), torch.arange(50),
-                            NeighborSampler([2]), 8)
+                            NeighborSampler([2]), 8, features=features)
     assert loader.prefetch == 0 and len(list(loader)) == 7
     if torch.cuda.is_available():
-        loader = NeighborLoader(DeviceGraph.from_dgl(g, "cuda"), torch.arange(50),
-                                NeighborSampler([2]), 8)
-        assert loader.prefetch == 2
+        graph = DeviceGraph.from_dgl(g, "cuda")
+        for rows, threads in ((None, 0), (features.cuda(), 0), (features, 2)):
+            loader = NeighborLoader(graph, torch.arange(50), NeighborSampler([2]), 8,
+                                    features=rows)
+            assert loader.prefetch == threads and len(list(loader)) == 7
 
 
 def test_prefetch_does_not_change_the_batches():
@@ -837,11 +843,11 @@ class FailingSampler(NeighborSampler):
         super().__init__(fanouts)
         self.fail_seed, self.error = fail_seed, None
 
-    def sample(self, graph, seeds, generator=None):
+    def start(self, graph, seeds, generator=None):  # the loader's call
         if int(seeds[0]) == self.fail_seed:
             self.error = RuntimeError(f"sampling failed at seed {self.fail_seed}")
             raise self.error
-        return super().sample(graph, seeds, generator)
+        return super().start(graph, seeds, generator)
 
 
 @pytest.mark.parametrize("prefetch", [0, 1, 3])
@@ -1253,6 +1259,95 @@ def test_layers_on_a_cuda_sampled_block_match_its_dgl_block(layer, k, weighted, 
 
 
 @needs_kernels
+@pytest.mark.parametrize("fanouts", [[15, 10, 5], [3, 2, 2, 2]])
+def test_a_batch_is_queued_without_a_host_sync_then_read_once(fanouts):
+    """NeighborSampler.start queues every hop's kernels without waiting for the GPU (each
+    hop takes its destination count from the hop before on the device); its result reads
+    the sizes once, and is the batch sample() gives from the same generator seed."""
+    g, _ = mixed_graph(400, hub_degree=300)
+    graph = DeviceGraph.from_dgl(g, "cuda")
+    seeds = torch.randperm(400, device="cuda")[:64]
+    sampler = NeighborSampler(fanouts)
+    seed = int(torch.randint(1000, ()))
+    want = sampler.sample(graph, seeds, torch.Generator("cuda").manual_seed(seed))  # warm up
+    torch.cuda.synchronize()
+    generator = torch.Generator("cuda").manual_seed(seed)
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        with dgl_maxk.input_checks(False):  # the seeds' check is a documented read
+            pending = sampler.start(graph, seeds, generator)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    got = pending.result()
+    assert_same_batches([got], [want])
+    check_sample(got, in_neighbours(g), seeds.cpu(), fanouts)
+
+
+@needs_kernels
+@pytest.mark.parametrize("fanouts", [[6, 4, 3], [500, 2]])  # 500: above every in-degree
+def test_a_captured_sampler_replays_the_eager_batches(fanouts):
+    """Replays of a CapturedSampler give NeighborSampler.start's batches for the same
+    generator seeds, one replay after another, and the batches already read stay as they
+    were (copied out of the graph's tensors)."""
+    g, _ = mixed_graph(400, hub_degree=300)
+    graph = DeviceGraph.from_dgl(g, "cuda")
+    sampler = NeighborSampler(fanouts)
+    with sampler_module.captured_sampler(graph, fanouts, 48) as captured:
+        assert isinstance(captured, sampler_module.CapturedSampler)
+        got, want, seeds = [], [], []
+        for _ in range(4):
+            seeds.append(torch.randperm(400, device="cuda")[:48])
+            seed = int(torch.randint(2 ** 62, ()))
+            want.append(sampler.start(graph, seeds[-1],
+                                      torch.Generator("cuda").manual_seed(seed)).result())
+            got.append(captured.start(seeds[-1],
+                                      torch.Generator("cuda").manual_seed(seed)).result())
+    assert_same_batches(got, want)
+    neighbours = in_neighbours(g)
+    for batch, batch_seeds in zip(got, seeds):
+        check_sample(batch, neighbours, batch_seeds.cpu(), fanouts)
+    assert graph.captured_samplers[(tuple(fanouts), 48)] == [captured]  # kept for later
+    # fan-outs the kernels take to the reference (which reads), or all in-edges: eager
+    assert not sampler_module.CapturedSampler.applies(graph, [100], 48)
+    assert not sampler_module.CapturedSampler.applies(graph, [-1, 4], 48)
+
+
+def test_no_captured_sampler_on_a_cpu():
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(50, 200), "cpu")
+    with sampler_module.captured_sampler(graph, [3, 2], 8) as captured:
+        assert captured is None
+
+
+@needs_kernels
+def test_passes_at_the_same_time_on_a_gpu_sample_as_one_after_another():
+    """Two passes of one loader interleaved each replay a captured sampler of their own."""
+    g, _ = mixed_graph(300, hub_degree=290)
+    graph = DeviceGraph.from_dgl(g, "cuda")
+    loader = NeighborLoader(graph, torch.arange(300), NeighborSampler([5, 4]), 32,
+                            seed=int(torch.randint(1000, ())), prefetch=0)
+    first, second = list(loader), list(loader)
+    loader.passes = 0
+    it_first, it_second = iter(loader), iter(loader)
+    both = list(zip(it_first, it_second))
+    assert next(it_second, None) is None  # zip leaves the second pass before its end
+    assert_same_batches([a for a, _ in both], first)
+    assert_same_batches([b for _, b in both], second)
+    assert len(graph.captured_samplers[((5, 4), 32)]) == 2
+
+
+@needs_kernels
+def test_hops_past_the_room_limit_count_their_rows_first(monkeypatch):
+    """A hop whose room would pass ROOM_WITHOUT_READ reads its destination count and is
+    sized exactly: still a valid chain of blocks."""
+    monkeypatch.setattr(sampler_module, "ROOM_WITHOUT_READ", 0)
+    g, _ = mixed_graph(400, hub_degree=300)
+    seeds = torch.randperm(400, device="cuda")[:64]
+    result = NeighborSampler([4, 3, 2]).sample(DeviceGraph.from_dgl(g, "cuda"), seeds,
+                                               generator("cuda"))
+    check_sample(result, in_neighbours(g), seeds.cpu(), [4, 3, 2])
+
+
+@needs_kernels
 def test_sampled_block_plan_and_layer_need_no_host_sync():
     device = torch.device("cuda")
     g, seeds = mixed_graph(400, hub_degree=300)
@@ -1353,7 +1448,7 @@ def close_once():
         state["iterator"].close()
 
 class ClosingSampler(NeighborSampler):
-    def sample(self, graph, seeds, generator=None):
+    def start(self, graph, seeds, generator=None):
         with state["lock"]:
             state["calls"] += 1
             first = state["calls"] <= prefetch  # each thread's first batch
@@ -1361,7 +1456,7 @@ class ClosingSampler(NeighborSampler):
             state["idle"].wait(10)
             if where == "sample":
                 close_once()
-        return super().sample(graph, seeds, generator)
+        return super().start(graph, seeds, generator)
 
 class ClosingQueue(queue.Queue):
     def _put(self, item):
@@ -1469,9 +1564,9 @@ def test_the_callers_context_reaches_the_producer_thread():
     seen = []
 
     class Recording(NeighborSampler):
-        def sample(self, graph, seeds, generator=None):
+        def start(self, graph, seeds, generator=None):
             seen.append((threading.current_thread().name, dgl_maxk.sparse.checks_enabled()))
-            return super().sample(graph, seeds, generator)
+            return super().start(graph, seeds, generator)
 
     graph = DeviceGraph.from_dgl(dgl.rand_graph(40, 200), "cpu")
     loader = NeighborLoader(graph, torch.arange(40), Recording([2]), 10, prefetch=1)

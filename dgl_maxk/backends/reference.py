@@ -274,12 +274,17 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, index.to(table.device)).to(index.device, non_blocking=True)
 
 
-def block_degrees(graph_indptr, dst, fanout: int):
+def block_degrees(graph_indptr, dst, fanout: int, rows=None):
     """min(in-degree, ``fanout``) of each node of ``dst`` in the graph of in-edge row
     pointers ``graph_indptr`` (all its in-edges for ``fanout`` < 0), int64: the rows of the
-    block that :func:`sample_edges` fills."""
+    block that :func:`sample_edges` fills; with ``rows`` (a count, 0-d, on dst's device),
+    0 for the rows of ``dst`` past it, whatever they hold (room)."""
+    if rows is not None:
+        real = torch.arange(dst.numel(), device=dst.device) < rows
+        dst = torch.where(real, dst, 0)
     degree = graph_indptr[dst + 1] - graph_indptr[dst]
-    return degree if fanout < 0 else degree.clamp(max=fanout)
+    degree = degree if fanout < 0 else degree.clamp(max=fanout)
+    return degree if rows is None else degree * real
 
 
 def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
@@ -292,17 +297,29 @@ def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
             None if graph_edge_ids is None else graph_edge_ids[positions].long())
 
 
+def samples_without_reads(fanout: int) -> bool:
+    """False: :func:`sample_block_edges` counts the rows it is given on the host."""
+    return False
+
+
 def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
-                       capacity: int, fanout: int, draws):
-    """(src_nodes, local ids, edge ids) of the block whose rows ``block_indptr`` gives:
-    :func:`sample_edges`' picks, relabelled by :func:`relabel_sources`. ``capacity`` bounds
-    the edge count for backends that size the block before counting it; here it is
-    counted."""
+                       capacity: int, fanout: int, draws, rows=None):
+    """(src_nodes, local ids, edge ids, counts) of the block whose rows ``block_indptr``
+    gives, for the nodes of ``dst`` (its first ``rows`` where that count is given, 0-d on
+    dst's device, the rest room): :func:`sample_edges`' picks, relabelled by
+    :func:`relabel_sources`; ``counts`` = [edges, source nodes] (int64, on dst's device),
+    up to which the others hold the block. ``capacity`` bounds the edge count for backends
+    that size the block before counting it; here it is counted."""
+    if rows is not None:
+        real = int(rows)
+        dst, block_indptr = dst[:real], block_indptr[:real + 1]
+        draws = None if draws is None else draws[:real]
     num_edges = int(block_indptr[-1])
     sources, edge_ids = sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
                                      block_indptr, num_edges, fanout, draws)
     src_nodes, local = relabel_sources(dst, sources)
-    return src_nodes, local, edge_ids
+    counts = torch.tensor([num_edges, src_nodes.numel()], device=dst.device)
+    return src_nodes, local, edge_ids, counts
 
 
 def relabel_sources(dst, neighbours):

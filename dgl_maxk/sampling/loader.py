@@ -2,13 +2,15 @@
 
 :class:`NeighborLoader` is the device sampler's counterpart of DGL's ``DataLoader``: one
 pass over the seed nodes per iteration, shuffled from its ``seed``, this process's share of
-them under data parallelism, and each batch sampled ahead by a producer thread on its own
-CUDA stream while the steps before it compute (``prefetch`` threads, sampling at the same
-time, each a batch ahead; 0 samples in the caller's thread), with its input nodes' feature
-rows when given a feature table (gathered there too; rows in host memory cross the bus on a
-copy engine, so that the bus's time overlaps the step's and the step keeps the SMs). The
-batches and their order depend only on ``seed``, the pass number, the rank and the number of
-processes, not on ``prefetch`` or timing.
+them under data parallelism, and each batch sampled ahead on its own CUDA stream while the
+steps before it compute, with its input nodes' feature rows when given a feature table
+(gathered there too; rows in host memory cross the bus on a copy engine, so that the bus's
+time overlaps the step's and the step keeps the SMs). On a GPU the caller's thread queues
+each batch's kernels a batch ahead, then reads its sizes once when it is due, by which time
+the GPU has made it; ``prefetch`` producer threads instead sample at the same time, each a
+batch ahead (for host rows, whose gather is the CPU's work). The batches and their order
+depend only on ``seed``, the pass number, the rank and the number of processes, not on
+``prefetch`` or timing.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import torch
 
 from ..sparse import input_checks
 from .rows import check_table, gather_rows, staged_rows
-from .sampler import DeviceGraph, NeighborSampler, check_device_graph, check_seeds
+from .sampler import (DeviceGraph, NeighborSampler, captured_sampler, check_device_graph,
+                      check_seeds)
 
 #: The name of the thread that samples ahead (a step watching its own synchronisations
 #: leaves this thread's out).
@@ -70,10 +73,12 @@ class NeighborLoader:
     prefetch : int, optional
         Producer threads, each sampling a batch ahead (batch i on thread i % prefetch), at
         the same time, so that up to twice as many batches are held (one queued, one in the
-        making, per thread) and ``sampler.sample`` runs on several threads at once; 0
-        samples in the caller's thread. Default: 2 on a GPU (measured: MaxK k=32's graphed
-        step 1.25x one thread's seeds per second, a third adds 1%), 0 on a CPU (where a
-        producer thread would take the step's cores)
+        making, per thread) and ``sampler.start`` runs on several threads at once; 0
+        samples in the caller's thread, on a GPU a batch ahead on a side stream (its kernels
+        queued when the batch before is due, its sizes read when it is). Default: 2 for
+        features in host memory on a GPU (the CPU gathers their rows, which threads overlap
+        with the step), else 0 (threads share the interpreter with the step: docs'
+        performance notes)
     features : Tensor, optional
         Every node's input rows, on the graph's device or in host memory: each batch then
         carries its input nodes' rows, gathered where and when it is sampled
@@ -89,7 +94,8 @@ class NeighborLoader:
             raise TypeError(f"sampler must be a dgl_maxk.sampling.NeighborSampler, got "
                             f"{type(sampler).__name__}")
         if prefetch is None:
-            prefetch = 2 if graph.device.type == "cuda" else 0
+            prefetch = 2 if (graph.device.type == "cuda" and features is not None
+                             and features.device.type == "cpu") else 0
         counts = dict(batch_size=batch_size, prefetch=prefetch, rank=rank,
                       world_size=world_size)
         wrong = [f"{k}={v!r}" for k, v in counts.items()
@@ -128,18 +134,36 @@ class NeighborLoader:
         full, rest = divmod(per_rank, self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
-    def _batch(self, share, pass_seed: int, i: int):
-        """Batch ``i`` of the pass: its own random stream (from the pass, the rank and
-        ``i``), so that batches sampled at the same time on several threads are those
-        sampled one after another."""
+    def _start(self, share, pass_seed: int, i: int, captured=None):
+        """Batch ``i`` of the pass, its kernels queued (:meth:`NeighborSampler.start`, or
+        the ``captured`` sampler's replay for a full batch): its own random stream (from the
+        pass, the rank and ``i``), so that batches sampled at the same time on several
+        threads, or ahead, are those sampled one after another."""
         generator = torch.Generator(device=self.graph.device).manual_seed(
             _mixed_seed(pass_seed, self.rank, i))
         seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
-        with input_checks(False):  # the seeds and features were checked at construction
-            batch = self.sampler.sample(self.graph, seeds, generator)
-            if self.features is not None:
+        if captured is not None and seeds.numel() == captured.batch_size:
+            return captured.start(seeds, generator)
+        with input_checks(False):  # the seeds were checked at construction
+            return self.sampler.start(self.graph, seeds, generator)
+
+    def _captured(self):
+        """A :func:`captured_sampler` for this loader's full batches: for a
+        NeighborSampler itself (a subclass's ``start`` runs as it is written)."""
+        if type(self.sampler) is not NeighborSampler:
+            return contextlib.nullcontext()
+        return captured_sampler(self.graph, self.sampler.fanouts, self.batch_size)
+
+    def _finish(self, pending):
+        """The batch of a :meth:`_start`, with its input nodes' feature rows."""
+        batch = pending.result()
+        if self.features is not None:
+            with input_checks(False):  # the features were checked at construction
                 batch = (*batch, self._gather(self.features, batch[0]))
         return batch
+
+    def _batch(self, share, pass_seed: int, i: int):
+        return self._finish(self._start(share, pass_seed, i))
 
     def __iter__(self):
         # one seed per (loader seed, pass): a prime step, so that nearby loader seeds (the
@@ -147,10 +171,13 @@ class NeighborLoader:
         pass_seed = self.seed * 100_003 + self.passes
         self.passes += 1
         share = self._share(pass_seed).to(self.graph.device)
-        sample = functools.partial(self._batch, share, pass_seed)
-        if self.prefetch == 0:
-            return map(sample, range(len(self)))
-        return _prefetched(sample, len(self), self.prefetch, self.graph.device)
+        if self.prefetch:
+            return _prefetched(functools.partial(self._batch, share, pass_seed), len(self),
+                               self.prefetch, self.graph.device)
+        start = functools.partial(self._start, share, pass_seed)
+        if self.graph.device.type == "cuda":
+            return _ahead(start, self._finish, len(self), self.graph.device, self._captured)
+        return (self._finish(start(i)) for i in range(len(self)))
 
 
 def _tensors(batch):
@@ -163,6 +190,41 @@ def _tensors(batch):
         yield from (block.src_nodes, plan.indptr, plan.indices, plan.in_degrees)
         if block.edge_ids is not None:
             yield block.edge_ids
+
+
+def _ahead(start, finish, count, device, captured):
+    """Batches ``finish(start(0))`` to ``finish(start(count - 1))`` in order, in the caller's
+    thread: each batch's kernels queued on a side stream (high priority, as the producers')
+    when the batch before is due, so that its sizes are on the host when it is; full
+    batches replayed by the sampler that ``captured()`` holds for the pass, if any (each
+    batch is finished, its blocks copied out, before the next replay)."""
+    stream = torch.cuda.Stream(device, priority=-1)
+    consumer = torch.cuda.current_stream(device)
+    stream.wait_stream(consumer)  # the pass's seeds and the graph are made there
+    try:
+        with contextlib.ExitStack() as held:
+            with torch.cuda.stream(stream):
+                sampler = held.enter_context(captured())
+                pending = start(0, sampler) if count else None
+            for i in range(count):
+                with torch.cuda.stream(stream):
+                    batch = finish(pending)
+                    ready = stream.record_event()
+                    pending = start(i + 1, sampler) if i + 1 < count else None
+                _hand_over(batch, ready, consumer)
+                yield batch
+    finally:
+        # a batch left queued (the loop broken off) reads the pass's seeds, which the
+        # caller's stream frees
+        consumer.wait_stream(stream)
+
+
+def _hand_over(batch, ready, consumer):
+    """The consumer's stream waits for the batch's kernels (``ready``), and keeps its
+    memory alive until its own work on it is done."""
+    consumer.wait_event(ready)
+    for t in _tensors(batch):
+        t.record_stream(consumer)
 
 
 def _prefetched(sample, count, producers, device):
@@ -189,11 +251,8 @@ def _prefetched(sample, count, producers, device):
             if isinstance(item, BaseException):
                 raise item
             batch, event = item
-            if cuda:  # the step's stream waits for the sampling, and keeps its memory alive
-                stream = torch.cuda.current_stream(device)
-                stream.wait_event(event)
-                for t in _tensors(batch):
-                    t.record_stream(stream)
+            if cuda:
+                _hand_over(batch, event, torch.cuda.current_stream(device))
             yield batch
     finally:
         stop.set()

@@ -154,8 +154,8 @@ class SamplingConfig(_Section):
                               "the step; dgl: DGL's NeighborSampler on the CPU")
     prefetch: Optional[int] = Field(
         None, ge=0, description="threads of the device sampler, each preparing a batch ahead "
-                          "at the same time (default: 2 on a GPU; 0 on a CPU, where it would "
-                          "take the step's cores)")
+                          "at the same time; 0: the training thread, on a GPU a batch ahead "
+                          "(default: 2 for features in host memory on a GPU, else 0)")
     cuda_graph: Union[Literal["auto"], bool] = Field(
         "auto", description="on a GPU with the device sampler: replay each full batch's "
                             "forward and backward from a CUDA graph, over blocks padded to "

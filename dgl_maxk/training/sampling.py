@@ -40,8 +40,8 @@ def device_loader(device_graph, seeds, fanouts, batch_size, seed, prefetch=None,
                   features=None):
     """A :class:`~dgl_maxk.sampling.NeighborLoader` over ``seeds`` on ``device_graph``'s
     device, this process's share of them under ``torchrun``, with each batch's rows of
-    ``features`` if given; ``prefetch`` None: the loader's default (two producer threads on
-    a GPU, none on a CPU)."""
+    ``features`` if given; ``prefetch`` None: the loader's default (two producer threads for
+    features in host memory on a GPU, else none)."""
     return NeighborLoader(device_graph, seeds, NeighborSampler(fanouts), batch_size,
                           seed=seed, rank=rank(), world_size=world_size(), prefetch=prefetch,
                           features=features)

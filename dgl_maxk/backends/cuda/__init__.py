@@ -39,7 +39,8 @@ from .runtime import available
 __all__ = ["available", "maxk_cbsr", "cbsr_to_dense", "cbsr_to_dense_sums", "cbsr_gather",
            "cbsr_spgemm", "cbsr_sspmm", "cbsr_sddmm", "layer_norm", "layer_norm_backward",
            "layer_norm_maxk", "layer_norm_backward_cbsr",
-           "block_degrees", "sample_edges", "sample_block_edges", "gather_rows", "nan_counters",
+           "block_degrees", "sample_edges", "sample_block_edges", "samples_without_reads",
+           "gather_rows", "nan_counters",
            "relu_dropout", "relu_dropout_backward", "launch"]
 
 
@@ -208,9 +209,9 @@ def cbsr_sddmm(plan, grad_y, x_values, x_indices):
     return out if grad_y.dtype == torch.float32 else out.to(grad_y.dtype)
 
 
-def block_degrees(graph_indptr, dst, fanout: int):
+def block_degrees(graph_indptr, dst, fanout: int, rows=None):
     """The reference's block degrees, in one kernel."""
-    return kernels.block_degrees(graph_indptr, dst.contiguous(), fanout)
+    return kernels.block_degrees(graph_indptr, dst.contiguous(), fanout, rows)
 
 
 def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
@@ -227,23 +228,31 @@ def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
                                 dst.contiguous(), block_indptr, draws, num_edges, fanout)
 
 
+def samples_without_reads(fanout: int) -> bool:
+    """Whether :func:`sample_block_edges` samples with ``fanout`` (-1: all in-edges) in its
+    kernels, nothing read back to the host (larger fan-outs go to the reference, which
+    counts the rows first)."""
+    return fanout <= launch.option("sample_neighbors", "max_fanout")
+
+
 def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
-                       capacity: int, fanout: int, draws):
-    """The reference's block (the same source nodes, local ids and edge ids) in four
-    kernels and one read back to the host, of its two sizes: the edges are picked into room
+                       capacity: int, fanout: int, draws, rows=None):
+    """The reference's block (the same source nodes, local ids and edge ids, up to the same
+    counts) in four kernels, nothing read back to the host: the edges are picked into room
     for ``capacity`` of them (at least ``block_indptr[-1]``, not read) and relabelled in
     three passes over a hash table (``kernels/relabel_sources.cu``), in place of
     ``torch.unique``'s sort and the dozen torch calls around it."""
     if fanout > launch.option("sample_neighbors", "max_fanout") or not dst.numel():
         return reference.sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
-                                            block_indptr, capacity, fanout, draws)
+                                            block_indptr, capacity, fanout, draws, rows)
     dst = dst.contiguous()
-    sources, edge_ids = sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
-                                     block_indptr, capacity, fanout, draws)
-    src_nodes, local, counts = kernels.relabel_sources(dst, sources, block_indptr)
-    num_edges, num_src = counts.tolist()
-    return (src_nodes[:num_src], local[:num_edges],
-            None if edge_ids is None else edge_ids[:num_edges])
+    sources, edge_ids = kernels.sample_edges(
+        graph_indptr, graph_indices.contiguous(),
+        None if graph_edge_ids is None else graph_edge_ids.contiguous(), dst, block_indptr,
+        draws, capacity, fanout, rows)
+    src_nodes, local, counts = kernels.relabel_sources(dst, sources, block_indptr, rows,
+                                                       graph_indptr.numel() - 1)
+    return src_nodes, local, edge_ids, counts
 
 
 def nan_counters(x):

@@ -253,24 +253,28 @@ def cbsr_sddmm(group_row: torch.Tensor, group_start: torch.Tensor, col: torch.Te
     return out
 
 
-def block_degrees(graph_indptr: torch.Tensor, dst: torch.Tensor, fanout: int) -> torch.Tensor:
-    """min(in-degree, ``fanout``) of each node of ``dst`` (all for -1), int64."""
+def block_degrees(graph_indptr: torch.Tensor, dst: torch.Tensor, fanout: int,
+                  rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """min(in-degree, ``fanout``) of each node of ``dst`` (all for -1), int64; with
+    ``rows`` (an int64 count on the device), 0 for the rows of ``dst`` past it."""
     n = dst.numel()
     out = torch.empty(n, dtype=torch.int64, device=dst.device)
     if n:
         defines, threads = heuristics.sample_config()
         kern = kernel("sample_neighbors", "block_degrees", defines, dst.device.index)
         launch(kern, -(-n // threads), threads,
-               (ptr(graph_indptr), ptr(dst), ptr(out), i64(n), i32(fanout)), 0, dst.device)
+               (ptr(graph_indptr), ptr(dst), _ptr_or_null(rows), ptr(out), i64(n), i32(fanout)),
+               0, dst.device)
     return out
 
 
 def sample_edges(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
                  graph_edge_ids: Optional[torch.Tensor], dst: torch.Tensor,
                  block_indptr: torch.Tensor, draws: Optional[torch.Tensor], num_edges: int,
-                 fanout: int):
+                 fanout: int, rows: Optional[torch.Tensor] = None):
     """(source ids in the graph's dtype, edge ids int64 or None) of the sampled in-edges
-    (int32 or int64 ids, as :class:`~dgl_maxk.sampling.DeviceGraph` checks them)."""
+    (int32 or int64 ids, as :class:`~dgl_maxk.sampling.DeviceGraph` checks them) of the
+    nodes of ``dst``, or of its first ``rows`` (an int64 count on the device)."""
     sources = torch.empty(num_edges, dtype=graph_indices.dtype, device=dst.device)
     edge_ids = (None if graph_edge_ids is None else
                 torch.empty(num_edges, dtype=torch.int64, device=dst.device))
@@ -286,22 +290,26 @@ def sample_edges(graph_indptr: torch.Tensor, graph_indices: torch.Tensor,
     kern = kernel("sample_neighbors", "sample_edges", defines, dst.device.index)
     launch(kern, -(-n // threads), threads,
            (ptr(graph_indptr), ptr(graph_indices), _ptr_or_null(graph_edge_ids), ptr(dst),
-            ptr(block_indptr), _ptr_or_null(draws), ptr(sources), _ptr_or_null(edge_ids),
-            i64(n), i32(fanout)), 0, dst.device)
+            _ptr_or_null(rows), ptr(block_indptr), _ptr_or_null(draws), ptr(sources),
+            _ptr_or_null(edge_ids), i64(n), i32(fanout)), 0, dst.device)
     return sources, edge_ids
 
 
-def relabel_sources(dst: torch.Tensor, sources: torch.Tensor, block_indptr: torch.Tensor):
+def relabel_sources(dst: torch.Tensor, sources: torch.Tensor, block_indptr: torch.Tensor,
+                    rows: Optional[torch.Tensor] = None, max_nodes: Optional[int] = None):
     """(src_nodes, local, counts) of a sampled block whose edges' sources (int32 or int64)
     fill ``sources`` up to ``block_indptr[-1]`` (the rest is room, ignored): the source nodes
-    (``dst``, then the new ones in the order of their first edge) and each edge's local id
-    (int64), valid up to ``counts`` = [edges, source nodes] (int64, on the device)."""
+    (``dst``, or its first ``rows`` where that int64 count on the device is given, then the
+    new ones in the order of their first edge) and each edge's local id (int64), valid up
+    to ``counts`` = [edges, source nodes] (int64, on the device). ``max_nodes``, the
+    graph's node count, bounds the distinct nodes the hash table holds."""
     n, capacity = dst.numel(), sources.numel()
+    distinct = n + capacity if max_nodes is None else min(n + capacity, max_nodes)
     src_nodes = torch.empty(n + capacity, dtype=torch.int64, device=dst.device)
     local = torch.empty(capacity, dtype=torch.int64, device=dst.device)
     counts = torch.empty(2, dtype=torch.int64, device=dst.device)
     # at most half the slots are taken: short probes
-    log2_slots = max(1, (2 * (n + capacity) - 1).bit_length())
+    log2_slots = max(1, (2 * distinct - 1).bit_length())
     table = torch.full((2 << log2_slots,), -1, dtype=torch.int64, device=dst.device)
     new_rank = torch.empty(capacity, dtype=torch.int64, device=dst.device)
     _, threads = heuristics.sample_config()
@@ -309,8 +317,8 @@ def relabel_sources(dst: torch.Tensor, sources: torch.Tensor, block_indptr: torc
     positions = -(-(n + capacity) // threads)
     common = (i64(n), i64(capacity), i32(log2_slots))
     launch(kernel("relabel_sources", "relabel_insert", defines, dst.device.index), positions,
-           threads, (ptr(dst), ptr(sources), ptr(block_indptr), ptr(table)) + common, 0,
-           dst.device)
+           threads, (ptr(dst), _ptr_or_null(rows), ptr(sources), ptr(block_indptr),
+                     ptr(table)) + common, 0, dst.device)
     if capacity:
         launch(kernel("relabel_sources", "relabel_flags", defines, dst.device.index),
                -(-capacity // threads), threads,
@@ -318,8 +326,9 @@ def relabel_sources(dst: torch.Tensor, sources: torch.Tensor, block_indptr: torc
                dst.device)
         new_rank.cumsum_(0)
     launch(kernel("relabel_sources", "relabel_assign", defines, dst.device.index), positions,
-           threads, (ptr(dst), ptr(sources), ptr(block_indptr), ptr(table), ptr(new_rank),
-                     ptr(src_nodes), ptr(local), ptr(counts)) + common, 0, dst.device)
+           threads, (ptr(dst), _ptr_or_null(rows), ptr(sources), ptr(block_indptr),
+                     ptr(table), ptr(new_rank), ptr(src_nodes), ptr(local), ptr(counts))
+           + common, 0, dst.device)
     return src_nodes, local, counts
 
 

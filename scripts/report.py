@@ -340,9 +340,10 @@ def minibatch_section(data: dict) -> list:
               f"classes, {args['train_fraction']:.0%} of the nodes training seeds), fan-outs "
               f"{'/'.join(map(str, args['fanouts']))}, batches of {args['batch_size']:,} "
               f"seeds, {args['precision']} in every arm. Each step is the trainer's "
-              "(`SampledStep`) on blocks that dgl_maxk's device sampler makes ahead on its "
-              "threads (two by default): eager, or \"graphed\", replayed from a CUDA graph "
-              "over blocks padded to fixed sizes (the first full batch's, with headroom; a "
+              "(`SampledStep`) on blocks that dgl_maxk's device sampler makes a batch ahead "
+              "(by default in the training thread, full batches replayed from a CUDA graph; "
+              "with `--prefetch`, on that many threads): eager, or \"graphed\", replayed "
+              "from a CUDA graph over blocks padded to fixed sizes (the first full batch's, with headroom; a "
               "batch that does not fit grows them), \"mixed\" where some steps of the pass "
               "ran eagerly (after each sizing, and the last, smaller batch). The trainer's default "
               "(`sampling.cuda_graph: auto`) graphs the steps of models trained by one "
@@ -471,8 +472,9 @@ def profile_section(data: dict) -> list:
               "otherwise fuse, so this is the unfused step."),
         *table(["phase"] + variants, phase_rows),
         *para("Then the trainer's own step under `torch.profiler`, the sampler ahead "
-              "on its two threads as in training: wall time and throughput, the share of "
-              "the wall time the GPU was running kernels, kernel launches and host "
+              "as in training: wall time and throughput, the share of the wall time the GPU "
+              "was running kernels (past 100% where the sampler's kernels run beside the "
+              "step's), kernel launches and host "
               "synchronisations per step (the sampler's included), and the GPU's kernel "
               "time per step, with the four largest kinds of kernel."),
         *table(["variant", "step", "ms/step", "seeds/s", "GPU busy", "launches",

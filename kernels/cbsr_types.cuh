@@ -66,9 +66,12 @@ typedef long long src_t;
 #endif
 
 // The rows of a sampled block's destination nodes that are nodes: *real_rows where the
-// caller counted them on the device (the rest of the n rows is room), else all n.
+// caller counted them on the device (the rest of the n rows is room), else all n; never
+// more than n (a count past the rows the caller made room for reads none past them).
 __device__ __forceinline__ long long rows_of(const long long* real_rows, long long n) {
-    return real_rows ? *real_rows : n;
+    if (!real_rows) return n;
+    long long rows = *real_rows;
+    return rows < n ? rows : n;
 }
 
 #endif  // CBSR_TYPES_CUH

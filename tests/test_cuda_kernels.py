@@ -858,6 +858,10 @@ def test_a_block_over_room_is_the_block_of_the_real_rows(real, fanout):
         got = backend.block_degrees(g_indptr, room, fanout, rows)
         assert torch.equal(got[:real], want_indptr.diff()), (seed, backend.__name__)
         assert not got[real:].any(), (seed, backend.__name__)
+        # a count past the rows given: all of them, none past them
+        past = torch.tensor(real + 5, device=DEV)
+        assert torch.equal(backend.block_degrees(g_indptr, room[:real], fanout, past),
+                           want_indptr.diff()), (seed, backend.__name__)
     indptr = _block_rows(g_indptr, room, fanout, rows)
     assert torch.equal(indptr[:real + 1], want_indptr) and bool((indptr[real:] == num_edges).all())
     draws = torch.rand(room.numel(), max(fanout, 1), dtype=torch.float64, device=DEV)

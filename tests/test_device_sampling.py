@@ -843,11 +843,11 @@ class FailingSampler(NeighborSampler):
         super().__init__(fanouts)
         self.fail_seed, self.error = fail_seed, None
 
-    def start(self, graph, seeds, generator=None):  # the loader's call
+    def sample(self, graph, seeds, generator=None):
         if int(seeds[0]) == self.fail_seed:
             self.error = RuntimeError(f"sampling failed at seed {self.fail_seed}")
             raise self.error
-        return super().start(graph, seeds, generator)
+        return super().sample(graph, seeds, generator)
 
 
 @pytest.mark.parametrize("prefetch", [0, 1, 3])
@@ -866,6 +866,27 @@ def test_sampling_errors_reach_the_consumer(prefetch):
     assert len(got) == 2
     gc.collect()
     assert not sampler_threads() - before
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("hook", ["sample", "start"])
+def test_the_loader_runs_a_subclass_s_own_sample_or_start(hook, prefetch):
+    """A NeighborSampler subclass that overrides ``sample`` (DGL users' way) or ``start``
+    has its own method run for every batch, never a captured replay."""
+    calls = []
+
+    class Counting(NeighborSampler):
+        pass
+
+    def counted(self, graph, seeds, generator=None):
+        calls.append(seeds.numel())
+        return getattr(NeighborSampler, hook)(self, graph, seeds, generator)
+    setattr(Counting, hook, counted)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    graph = DeviceGraph.from_dgl(dgl.rand_graph(60, 300), device)
+    loader = NeighborLoader(graph, torch.arange(60), Counting([3, 2]), 8, prefetch=prefetch)
+    assert len(list(loader)) == 8 and sorted(calls) == [4] + [8] * 7
+    assert not graph.captured_samplers
 
 
 @pytest.mark.parametrize("seeds, kwargs, match", [
@@ -1292,8 +1313,9 @@ def test_a_captured_sampler_replays_the_eager_batches(fanouts):
     g, _ = mixed_graph(400, hub_degree=300)
     graph = DeviceGraph.from_dgl(g, "cuda")
     sampler = NeighborSampler(fanouts)
-    with sampler_module.captured_sampler(graph, fanouts, 48) as captured:
-        assert isinstance(captured, sampler_module.CapturedSampler)
+    with sampler_module.captured_sampler(graph, fanouts, 48) as take:
+        captured = take()
+        assert isinstance(captured, sampler_module.CapturedSampler) and take() is captured
         got, want, seeds = [], [], []
         for _ in range(4):
             seeds.append(torch.randperm(400, device="cuda")[:48])
@@ -1310,12 +1332,50 @@ def test_a_captured_sampler_replays_the_eager_batches(fanouts):
     # fan-outs the kernels take to the reference (which reads), or all in-edges: eager
     assert not sampler_module.CapturedSampler.applies(graph, [100], 48)
     assert not sampler_module.CapturedSampler.applies(graph, [-1, 4], 48)
+    assert not sampler_module.CapturedSampler.applies(graph, [4], 401)  # past the nodes
+    with pytest.raises(ValueError, match="takes 48 seeds"):
+        captured.start(seeds[0][:1])
+
+
+@needs_kernels
+def test_a_captured_sampler_taken_up_on_another_stream_waits_for_its_last_replay():
+    """A pass broken off leaves a replay queued on its stream; the next pass, on another
+    stream, takes the same sampler: its replay and copy wait for that one (here held
+    back on the GPU), so its batch is still its own."""
+    g, _ = mixed_graph(400, hub_degree=300)
+    graph = DeviceGraph.from_dgl(g, "cuda")
+    sampler = NeighborSampler([6, 4])
+    captured = sampler_module.CapturedSampler(graph, [6, 4], 48)
+    first, second = (torch.randperm(400, device="cuda")[:48] for _ in range(2))
+    want = sampler.start(graph, second, torch.Generator("cuda").manual_seed(7)).result()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(torch.cuda.Stream()):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s: the abandoned replay runs late
+        captured.start(first, torch.Generator("cuda").manual_seed(3))
+    with torch.cuda.stream(torch.cuda.Stream()):
+        got = captured.start(second, torch.Generator("cuda").manual_seed(7)).result()
+    assert_same_batches([got], [want])
+
+
+@needs_kernels
+@pytest.mark.parametrize("batch_size", [100, 128])
+def test_batches_of_every_node_or_more_sample_on_a_gpu(batch_size):
+    """Batches of as many seeds as the graph has nodes (room past the nodes: the next
+    hop's rows are cut to them), and a batch size above it (no capture; one batch)."""
+    g, _ = mixed_graph(100)
+    graph = DeviceGraph.from_dgl(g, "cuda")
+    loader = NeighborLoader(graph, torch.arange(100), NeighborSampler([5, 5]), batch_size,
+                            prefetch=0)
+    batches = list(loader)
+    torch.cuda.synchronize()
+    assert len(batches) == 1
+    check_sample(batches[0], in_neighbours(g), batches[0][1].cpu(), [5, 5])
 
 
 def test_no_captured_sampler_on_a_cpu():
     graph = DeviceGraph.from_dgl(dgl.rand_graph(50, 200), "cpu")
-    with sampler_module.captured_sampler(graph, [3, 2], 8) as captured:
-        assert captured is None
+    with sampler_module.captured_sampler(graph, [3, 2], 8) as take:
+        assert take() is None
 
 
 @needs_kernels
@@ -1448,7 +1508,7 @@ def close_once():
         state["iterator"].close()
 
 class ClosingSampler(NeighborSampler):
-    def start(self, graph, seeds, generator=None):
+    def sample(self, graph, seeds, generator=None):
         with state["lock"]:
             state["calls"] += 1
             first = state["calls"] <= prefetch  # each thread's first batch
@@ -1456,7 +1516,7 @@ class ClosingSampler(NeighborSampler):
             state["idle"].wait(10)
             if where == "sample":
                 close_once()
-        return super().start(graph, seeds, generator)
+        return super().sample(graph, seeds, generator)
 
 class ClosingQueue(queue.Queue):
     def _put(self, item):
@@ -1564,9 +1624,9 @@ def test_the_callers_context_reaches_the_producer_thread():
     seen = []
 
     class Recording(NeighborSampler):
-        def start(self, graph, seeds, generator=None):
+        def sample(self, graph, seeds, generator=None):
             seen.append((threading.current_thread().name, dgl_maxk.sparse.checks_enabled()))
-            return super().start(graph, seeds, generator)
+            return super().sample(graph, seeds, generator)
 
     graph = DeviceGraph.from_dgl(dgl.rand_graph(40, 200), "cpu")
     loader = NeighborLoader(graph, torch.arange(40), Recording([2]), 10, prefetch=1)

@@ -20,6 +20,7 @@ import functools
 import numbers
 import queue
 import threading
+from typing import NamedTuple
 
 import torch
 
@@ -59,6 +60,9 @@ class NeighborLoader:
     seeds : Tensor (num_seeds,)
         Global node ids, no repeats
     sampler : NeighborSampler
+        Its ``start`` queues each batch (a NeighborSampler itself: on a GPU, full batches
+        replayed by a :class:`~dgl_maxk.sampling.CapturedSampler`); a subclass's own
+        ``sample``, where it has one, makes each batch instead
     batch_size : int
     shuffle : bool
         A new order each pass, from ``seed`` and the pass number
@@ -136,20 +140,25 @@ class NeighborLoader:
 
     def _start(self, share, pass_seed: int, i: int, captured=None):
         """Batch ``i`` of the pass, its kernels queued (:meth:`NeighborSampler.start`, or
-        the ``captured`` sampler's replay for a full batch): its own random stream (from the
+        for a full batch the replay of the sampler ``captured()`` gives, if any; a
+        subclass's own ``sample`` runs as it is written): its own random stream (from the
         pass, the rank and ``i``), so that batches sampled at the same time on several
         threads, or ahead, are those sampled one after another."""
         generator = torch.Generator(device=self.graph.device).manual_seed(
             _mixed_seed(pass_seed, self.rank, i))
         seeds = share[i * self.batch_size:(i + 1) * self.batch_size]
-        if captured is not None and seeds.numel() == captured.batch_size:
-            return captured.start(seeds, generator)
+        replayed = (captured() if captured is not None and seeds.numel() == self.batch_size
+                    else None)
+        if replayed is not None:
+            return replayed.start(seeds, generator)
         with input_checks(False):  # the seeds were checked at construction
+            if type(self.sampler).sample is not NeighborSampler.sample:
+                return _Sampled(self.sampler.sample(self.graph, seeds, generator))
             return self.sampler.start(self.graph, seeds, generator)
 
     def _captured(self):
         """A :func:`captured_sampler` for this loader's full batches: for a
-        NeighborSampler itself (a subclass's ``start`` runs as it is written)."""
+        NeighborSampler itself (a subclass's ``start`` or ``sample`` runs as written)."""
         if type(self.sampler) is not NeighborSampler:
             return contextlib.nullcontext()
         return captured_sampler(self.graph, self.sampler.fanouts, self.batch_size)
@@ -180,6 +189,14 @@ class NeighborLoader:
         return (self._finish(start(i)) for i in range(len(self)))
 
 
+class _Sampled(NamedTuple):
+    """A batch that a sampler's own ``sample`` made, as a PendingBatch gives it."""
+    batch: tuple
+
+    def result(self):
+        return self.batch
+
+
 def _tensors(batch):
     """Every tensor a batch holds (to mark them used by the consumer's stream); what a plan
     derives later is made on the consumer's stream."""
@@ -196,27 +213,26 @@ def _ahead(start, finish, count, device, captured):
     """Batches ``finish(start(0))`` to ``finish(start(count - 1))`` in order, in the caller's
     thread: each batch's kernels queued on a side stream (high priority, as the producers')
     when the batch before is due, so that its sizes are on the host when it is; full
-    batches replayed by the sampler that ``captured()`` holds for the pass, if any (each
-    batch is finished, its blocks copied out, before the next replay)."""
+    batches replayed by the sampler that the pass's ``captured()`` gives, if any (each
+    batch is finished, its blocks copied out, before the next replay). The stream current
+    at each batch's hand-over waits for it."""
     stream = torch.cuda.Stream(device, priority=-1)
-    consumer = torch.cuda.current_stream(device)
-    stream.wait_stream(consumer)  # the pass's seeds and the graph are made there
+    stream.wait_stream(torch.cuda.current_stream(device))  # the pass's seeds are made there
     try:
-        with contextlib.ExitStack() as held:
+        with captured() as take:
             with torch.cuda.stream(stream):
-                sampler = held.enter_context(captured())
-                pending = start(0, sampler) if count else None
+                pending = start(0, take) if count else None
             for i in range(count):
                 with torch.cuda.stream(stream):
                     batch = finish(pending)
                     ready = stream.record_event()
-                    pending = start(i + 1, sampler) if i + 1 < count else None
-                _hand_over(batch, ready, consumer)
+                    pending = start(i + 1, take) if i + 1 < count else None
+                _hand_over(batch, ready, torch.cuda.current_stream(device))
                 yield batch
     finally:
         # a batch left queued (the loop broken off) reads the pass's seeds, which the
         # caller's stream frees
-        consumer.wait_stream(stream)
+        torch.cuda.current_stream(device).wait_stream(stream)
 
 
 def _hand_over(batch, ready, consumer):

@@ -4,11 +4,13 @@ The in-edges of each row are picked by the tensors' backend (CUDA kernels, or th
 reference) at positions in the graph's CSR, where it reads the block's source nodes and its
 edges' ids in the graph, and relabelled: the block's source nodes are its destination nodes,
 then the other neighbours in the order of their first edge, as DGL's ``to_block`` numbers
-them. On the GPU the picks go into room for the most the fan-out allows, so that a block
-costs one read back to the host (its edge and source node counts, which size its tensors);
-everything else stays on the device. The result is that of DGL's ``NeighborSampler`` with
-``replace=False`` in distribution: every destination node keeps ``min(in-degree, fan-out)``
-in-neighbours, each subset of that size equally likely. The random streams differ from DGL's.
+them. The picks go into room for the most the fan-outs allow, and each hop takes the count
+of its destination nodes from the hop before on the device, so that a batch's kernels are
+all queued before one read back to the host of its blocks' sizes
+(:meth:`NeighborSampler.start`); everything else stays on the device. The result is that
+of DGL's ``NeighborSampler`` with ``replace=False`` in distribution: every destination node
+keeps ``min(in-degree, fan-out)`` in-neighbours, each subset of that size equally likely.
+The random streams differ from DGL's.
 """
 from __future__ import annotations
 
@@ -249,13 +251,14 @@ def room_plan(graph: DeviceGraph, num_seeds: int, fanouts) -> Optional[RoomPlan]
     more than :data:`ROOM_WITHOUT_READ` edges."""
     rows, picked, capacity, n = [], [], [], num_seeds
     for fanout in reversed(fanouts):
-        if fanout < 0 or n * fanout > ROOM_WITHOUT_READ:
+        room = n * min(fanout, graph.max_in_degree)
+        if fanout < 0 or room > ROOM_WITHOUT_READ:
             return None
         rows.append(n)
         # a fan-out above every in-degree takes all in-edges: nothing to draw
         picked.append(fanout if fanout <= graph.max_in_degree else 0)
-        capacity.append(n * min(fanout, graph.max_in_degree))
-        n = min(n + capacity[-1], graph.num_nodes)
+        capacity.append(room)
+        n = min(n + room, graph.num_nodes)
     return RoomPlan(rows, picked, capacity, sum(r * p for r, p in zip(rows, picked)))
 
 
@@ -285,16 +288,17 @@ def _counted_hops(graph: DeviceGraph, seeds, fanouts, generator) -> list:
     return hops
 
 
-def _pending(seeds, hops, counts=None, copy=False) -> "PendingBatch":
+def _pending(seeds, hops, counts=None, owner=None) -> "PendingBatch":
     """The batch of ``hops``, its sizes (``counts``: the hops' counts stacked) copied to
-    pinned memory behind its kernels on a GPU."""
+    pinned memory behind its kernels on a GPU; ``owner``: the CapturedSampler whose tensors
+    the hops are."""
     sizes = torch.stack([hop.counts for hop in hops]) if counts is None else counts
     ready = None
     if sizes.is_cuda:  # result() waits for this copy alone
         host = torch.empty(sizes.shape, dtype=sizes.dtype, pin_memory=True)
         sizes = host.copy_(sizes, non_blocking=True)
         ready = torch.cuda.current_stream(seeds.device).record_event()
-    return PendingBatch(seeds, hops, sizes, ready, copy)
+    return PendingBatch(seeds, hops, sizes, ready, owner)
 
 
 class CapturedSampler:
@@ -303,16 +307,20 @@ class CapturedSampler:
     replay runs the hops' kernels, in place of some 30 launches from Python, whose host time
     bounded the sampled step (docs' performance notes). The same batches as ``start`` from
     the same generator. One replay's outputs are copied out by its ``result()``, which must
-    come before the next replay (one thread, in order: :func:`captured_sampler`). The
-    graph's tensors stay allocated while it lives (about 120 MB for products-sized batches
-    of 1,024 seeds with fan-outs 15, 10, 5, most of it the relabelling's hash table)."""
+    come before the next replay (one thread, in order: :func:`captured_sampler`); a replay
+    on another stream waits for the last one and its copy. The graph's tensors stay
+    allocated while it lives (about 120 MB for products-sized batches of 1,024 seeds with
+    fan-outs 15, 10, 5, most of it the relabelling's hash table;
+    ``DeviceGraph.captured_samplers.clear()`` lets them go)."""
 
     def __init__(self, graph: DeviceGraph, fanouts, batch_size: int):
         self.graph, self.fanouts, self.batch_size = graph, list(fanouts), int(batch_size)
         self.plan = room_plan(graph, self.batch_size, self.fanouts)
         device = graph.device
-        self.seeds = torch.zeros(self.batch_size, dtype=torch.int64, device=device)
+        # distinct seeds for the eager run below, as a batch's are
+        self.seeds = torch.arange(self.batch_size, dtype=torch.int64, device=device)
         self.draws = torch.zeros(self.plan.num_draws, dtype=torch.float64, device=device)
+        self.used = None  # an event after the last replay, or after its blocks' copy
         self.cuda_graph = torch.cuda.CUDAGraph()
         caller = torch.cuda.current_stream(device)
         stream = torch.cuda.Stream(device)  # capture needs a stream other than the default
@@ -331,37 +339,54 @@ class CapturedSampler:
 
     @staticmethod
     def applies(graph: DeviceGraph, fanouts, batch_size: int) -> bool:
-        """Whether batches of this size can be replayed: a :func:`room_plan`, and the
-        kernels sample each hop without reads."""
-        plan = room_plan(graph, batch_size, fanouts) if batch_size else None
+        """Whether batches of this size can be replayed: as many seeds as the graph has
+        nodes at most, a :func:`room_plan`, and kernels that sample each hop without
+        reads."""
+        plan = (room_plan(graph, batch_size, fanouts)
+                if 0 < batch_size <= graph.num_nodes else None)
         backend = backends.for_tensor(graph.indptr)
         return plan is not None and all(backend.samples_without_reads(p if p else -1)
                                         for p in plan.picked)
 
     def start(self, seeds, generator=None) -> "PendingBatch":
-        """:meth:`NeighborSampler.start` of ``batch_size`` seeds (on the graph's device, not
-        checked)."""
+        """:meth:`NeighborSampler.start` of ``batch_size`` seeds (distinct ids on the graph's
+        device, not checked)."""
+        if seeds.shape != self.seeds.shape:
+            raise ValueError(f"this CapturedSampler takes {self.batch_size} seeds, got "
+                             f"{tuple(seeds.shape)}")
+        stream = torch.cuda.current_stream(self.seeds.device)
+        if self.used is not None:
+            stream.wait_event(self.used)
         self.seeds.copy_(seeds)
         torch.rand(self.draws.shape, dtype=torch.float64, device=self.draws.device,
                    generator=generator, out=self.draws)
         self.cuda_graph.replay()
-        return _pending(seeds, self.hops, self.counts, copy=True)
+        self.used = stream.record_event()
+        return _pending(seeds, self.hops, self.counts, owner=self)
 
 
 @contextlib.contextmanager
 def captured_sampler(graph: DeviceGraph, fanouts, batch_size: int):
-    """A :class:`CapturedSampler` of ``graph`` for one pass in one thread, or None where
-    none :meth:`~CapturedSampler.applies`. Each is made once and kept on the graph for later
-    passes (a pass of another loader included); passes at the same time take one each."""
-    if not CapturedSampler.applies(graph, fanouts, batch_size):
-        yield None
-        return
-    free = graph.captured_samplers.setdefault((tuple(fanouts), int(batch_size)), [])
-    captured = free.pop() if free else CapturedSampler(graph, fanouts, batch_size)
+    """A function giving one pass in one thread its :class:`CapturedSampler` of ``graph``
+    (None where none :meth:`~CapturedSampler.applies`), taken at its first call, for the
+    pass's first full batch. Each is made once and kept on the graph for later passes (a
+    pass of another loader included); passes at the same time take one each."""
+    taken = []
+
+    def take():
+        if not taken:
+            if CapturedSampler.applies(graph, fanouts, batch_size):
+                free = graph.captured_samplers.setdefault((tuple(fanouts), batch_size), [])
+                taken.append(free.pop() if free else
+                             CapturedSampler(graph, fanouts, batch_size))
+            else:
+                taken.append(None)
+        return taken[0]
     try:
-        yield captured
+        yield take
     finally:
-        free.append(captured)
+        if taken and taken[0] is not None:
+            graph.captured_samplers[(tuple(fanouts), batch_size)].append(taken[0])
 
 
 class PendingHop(NamedTuple):
@@ -396,7 +421,7 @@ class PendingBatch(NamedTuple):
     hops: list  #: a PendingHop per layer, input layer first
     sizes: torch.Tensor  #: (layers, 2): each hop's counts, on the host once ``ready``
     ready: Optional[torch.cuda.Event]
-    copy: bool = False  #: whether the blocks are copied out (of a CapturedSampler's tensors)
+    owner: Optional[CapturedSampler] = None  #: whose tensors the hops are: copied out
 
     def result(self):
         """(input_nodes, output_nodes, blocks), once the blocks' sizes are on the host."""
@@ -404,8 +429,10 @@ class PendingBatch(NamedTuple):
             self.ready.synchronize()
         sizes = self.sizes.tolist()
         num_dst = [num_src for _, num_src in sizes[1:]] + [self.seeds.numel()]
-        blocks = [hop.block(n, hop_sizes, copy=self.copy)
+        blocks = [hop.block(n, hop_sizes, copy=self.owner is not None)
                   for hop, n, hop_sizes in zip(self.hops, num_dst, sizes)]
+        if self.owner is not None:  # the next replay waits for the copies
+            self.owner.used = torch.cuda.current_stream(self.seeds.device).record_event()
         return blocks[0].src_nodes, self.seeds, blocks
 
 

@@ -491,8 +491,8 @@ def start_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=No
         capacity = (n * min(fanout, graph.max_in_degree) if fanout > 0
                     else int(indptr[-1]))
     src_nodes, local, edge_ids, counts = backends.for_tensor(dst).sample_block_edges(
-        graph.indptr, graph.indices, graph.edge_ids, dst, indptr, capacity, picked,
-        draws if picked > 0 else None, rows)
+        graph.indptr, graph.indices, graph.edge_ids, dst, indptr, capacity, picked, draws,
+        rows)
     return PendingHop(indptr, src_nodes, local, edge_ids, counts, fanout)
 
 

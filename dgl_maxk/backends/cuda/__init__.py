@@ -214,25 +214,33 @@ def block_degrees(graph_indptr, dst, fanout: int, rows=None):
     return kernels.block_degrees(graph_indptr, dst.contiguous(), fanout, rows)
 
 
+def samples_without_reads(fanout: int) -> bool:
+    """Whether :func:`sample_block_edges` samples with ``fanout`` (-1: all in-edges) in its
+    kernels, nothing read back to the host (larger fan-outs go to the reference, which
+    counts the rows first)."""
+    return fanout <= launch.option("sample_neighbors", "max_fanout")
+
+
 def sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
                  num_edges: int, fanout: int, draws):
     """The reference's sampled in-edges (the same sources and edge ids), read at the picked
     positions by the picking kernel itself: one thread per row (fan-outs up to
     ``launch.DEFAULTS['sample_neighbors']['max_fanout']``; larger ones go to the
     reference)."""
-    if fanout > launch.option("sample_neighbors", "max_fanout"):
+    if not samples_without_reads(fanout):
         return reference.sample_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
                                       block_indptr, num_edges, fanout, draws)
+    return _picked_edges(graph_indptr, graph_indices, graph_edge_ids, dst.contiguous(),
+                         block_indptr, num_edges, fanout, draws)
+
+
+def _picked_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
+                  num_edges: int, fanout: int, draws, rows=None):
+    """The picking kernel's sources and edge ids, for ``dst`` (contiguous) or its first
+    ``rows``."""
     return kernels.sample_edges(graph_indptr, graph_indices.contiguous(),
                                 None if graph_edge_ids is None else graph_edge_ids.contiguous(),
-                                dst.contiguous(), block_indptr, draws, num_edges, fanout)
-
-
-def samples_without_reads(fanout: int) -> bool:
-    """Whether :func:`sample_block_edges` samples with ``fanout`` (-1: all in-edges) in its
-    kernels, nothing read back to the host (larger fan-outs go to the reference, which
-    counts the rows first)."""
-    return fanout <= launch.option("sample_neighbors", "max_fanout")
+                                dst, block_indptr, draws, num_edges, fanout, rows)
 
 
 def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_indptr,
@@ -242,14 +250,12 @@ def sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst, block_i
     for ``capacity`` of them (at least ``block_indptr[-1]``, not read) and relabelled in
     three passes over a hash table (``kernels/relabel_sources.cu``), in place of
     ``torch.unique``'s sort and the dozen torch calls around it."""
-    if fanout > launch.option("sample_neighbors", "max_fanout") or not dst.numel():
+    if not samples_without_reads(fanout) or not dst.numel():
         return reference.sample_block_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
                                             block_indptr, capacity, fanout, draws, rows)
     dst = dst.contiguous()
-    sources, edge_ids = kernels.sample_edges(
-        graph_indptr, graph_indices.contiguous(),
-        None if graph_edge_ids is None else graph_edge_ids.contiguous(), dst, block_indptr,
-        draws, capacity, fanout, rows)
+    sources, edge_ids = _picked_edges(graph_indptr, graph_indices, graph_edge_ids, dst,
+                                      block_indptr, capacity, fanout, draws, rows)
     src_nodes, local, counts = kernels.relabel_sources(dst, sources, block_indptr, rows,
                                                        graph_indptr.numel() - 1)
     return src_nodes, local, edge_ids, counts

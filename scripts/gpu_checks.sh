@@ -66,8 +66,8 @@ case $phase in
     ;;
   papers-bench)
     # ogbn-papers100M's size on one GPU: the sampled step with the features in GPU memory
-    # and in pinned host memory, peak GPU memory per arm
-    python3 scripts/bench_minibatch.py --graph papers100m-sized --gpus 1 \
+    # and in pinned host memory, a whole epoch each (1,179 steps), peak GPU memory per arm
+    python3 scripts/bench_minibatch.py --graph papers100m-sized --gpus 1 --steps 2000 \
       --variants relu maxk-k32 --feature-memory device host --breakdown \
       --precision "${PRECISION:-tf32}" --out "$out" 2>&1 | grep -v -i warn \
       | tee "$out/papers_bench.log"

@@ -1330,9 +1330,10 @@ def test_a_captured_sampler_replays_the_eager_batches(fanouts):
         check_sample(batch, neighbours, batch_seeds.cpu(), fanouts)
     assert graph.captured_samplers[(tuple(fanouts), 48)] == [captured]  # kept for later
     # fan-outs the kernels take to the reference (which reads), or all in-edges: eager
-    assert not sampler_module.CapturedSampler.applies(graph, [100], 48)
-    assert not sampler_module.CapturedSampler.applies(graph, [-1, 4], 48)
-    assert not sampler_module.CapturedSampler.applies(graph, [4], 401)  # past the nodes
+    replay_plan = sampler_module.CapturedSampler.replay_plan
+    assert replay_plan(graph, [100], 48) is None
+    assert replay_plan(graph, [-1, 4], 48) is None
+    assert replay_plan(graph, [4], 401) is None  # past the nodes
     with pytest.raises(ValueError, match="takes 48 seeds"):
         captured.start(seeds[0][:1])
 
@@ -1345,7 +1346,8 @@ def test_a_captured_sampler_taken_up_on_another_stream_waits_for_its_last_replay
     g, _ = mixed_graph(400, hub_degree=300)
     graph = DeviceGraph.from_dgl(g, "cuda")
     sampler = NeighborSampler([6, 4])
-    captured = sampler_module.CapturedSampler(graph, [6, 4], 48)
+    captured = sampler_module.CapturedSampler(
+        graph, [6, 4], sampler_module.CapturedSampler.replay_plan(graph, [6, 4], 48))
     first, second = (torch.randperm(400, device="cuda")[:48] for _ in range(2))
     want = sampler.start(graph, second, torch.Generator("cuda").manual_seed(7)).result()
     torch.cuda.synchronize()

@@ -236,12 +236,22 @@ class NeighborSampler:
 
 class RoomPlan(NamedTuple):
     """Per hop, output layer first: the destination rows (real ones first, then room), the
-    draws a row takes (0: none, every row takes all its in-edges) and the edges made room
+    draws a row takes (-1: none, every row takes all its in-edges) and the edges made room
     for; and all the hops' draws together."""
     rows: list
     picked: list
     capacity: list
     num_draws: int
+
+
+def hop_room(graph: DeviceGraph, rows: int, fanout: int) -> tuple:
+    """The draws each of ``rows`` destination rows takes for ``fanout`` (-1: none, every row
+    takes all its in-edges) and the most edges the hop makes (None for a fan-out of -1,
+    whose edges are counted: hubs would make that room vast)."""
+    # a fan-out above every in-degree takes all in-edges: nothing to draw (n x fanout draws
+    # would cost memory in proportion to the fan-out, not to the degrees)
+    picked = fanout if 0 < fanout <= graph.max_in_degree else -1
+    return picked, (rows * min(fanout, graph.max_in_degree) if fanout > 0 else None)
 
 
 def room_plan(graph: DeviceGraph, num_seeds: int, fanouts) -> Optional[RoomPlan]:
@@ -251,15 +261,14 @@ def room_plan(graph: DeviceGraph, num_seeds: int, fanouts) -> Optional[RoomPlan]
     more than :data:`ROOM_WITHOUT_READ` edges."""
     rows, picked, capacity, n = [], [], [], num_seeds
     for fanout in reversed(fanouts):
-        room = n * min(fanout, graph.max_in_degree)
-        if fanout < 0 or room > ROOM_WITHOUT_READ:
+        draws, room = hop_room(graph, n, fanout)
+        if room is None or room > ROOM_WITHOUT_READ:
             return None
         rows.append(n)
-        # a fan-out above every in-degree takes all in-edges: nothing to draw
-        picked.append(fanout if fanout <= graph.max_in_degree else 0)
+        picked.append(draws)
         capacity.append(room)
         n = min(n + room, graph.num_nodes)
-    return RoomPlan(rows, picked, capacity, sum(r * p for r, p in zip(rows, picked)))
+    return RoomPlan(rows, picked, capacity, sum(r * max(p, 0) for r, p in zip(rows, picked)))
 
 
 def queue_hops(graph: DeviceGraph, seeds, fanouts, plan: RoomPlan, draws) -> list:
@@ -269,8 +278,8 @@ def queue_hops(graph: DeviceGraph, seeds, fanouts, plan: RoomPlan, draws) -> lis
     dst, rows, hops, offset = seeds, None, [], 0
     for fanout, n, picked, capacity in zip(reversed(fanouts), plan.rows, plan.picked,
                                            plan.capacity):
-        hop_draws = draws[offset:offset + n * picked].view(n, picked) if picked else None
-        offset += n * picked
+        hop_draws = draws[offset:offset + n * picked].view(n, picked) if picked > 0 else None
+        offset += n * max(picked, 0)
         hops.insert(0, start_block(graph, dst, fanout, rows=rows, draws=hop_draws,
                                    capacity=capacity))
         # the next hop's destination rows: these sources, of which at most every node
@@ -313,9 +322,10 @@ class CapturedSampler:
     fan-outs 15, 10, 5, most of it the relabelling's hash table;
     ``DeviceGraph.captured_samplers.clear()`` lets them go)."""
 
-    def __init__(self, graph: DeviceGraph, fanouts, batch_size: int):
-        self.graph, self.fanouts, self.batch_size = graph, list(fanouts), int(batch_size)
-        self.plan = room_plan(graph, self.batch_size, self.fanouts)
+    def __init__(self, graph: DeviceGraph, fanouts, plan: RoomPlan):
+        """``plan``: the :meth:`replay_plan` of the graph, the fan-outs and the batch size."""
+        self.graph, self.fanouts, self.plan = graph, list(fanouts), plan
+        self.batch_size = plan.rows[0]
         device = graph.device
         # distinct seeds for the eager run below, as a batch's are
         self.seeds = torch.arange(self.batch_size, dtype=torch.int64, device=device)
@@ -338,15 +348,16 @@ class CapturedSampler:
         caller.wait_stream(stream)
 
     @staticmethod
-    def applies(graph: DeviceGraph, fanouts, batch_size: int) -> bool:
-        """Whether batches of this size can be replayed: as many seeds as the graph has
-        nodes at most, a :func:`room_plan`, and kernels that sample each hop without
-        reads."""
+    def replay_plan(graph: DeviceGraph, fanouts, batch_size: int) -> Optional[RoomPlan]:
+        """The :func:`room_plan` of batches of this size, where they can be replayed (as
+        many seeds as the graph has nodes at most, and kernels that sample each hop without
+        reads); None where not."""
         plan = (room_plan(graph, batch_size, fanouts)
                 if 0 < batch_size <= graph.num_nodes else None)
         backend = backends.for_tensor(graph.indptr)
-        return plan is not None and all(backend.samples_without_reads(p if p else -1)
-                                        for p in plan.picked)
+        if plan is None or not all(map(backend.samples_without_reads, plan.picked)):
+            return None
+        return plan
 
     def start(self, seeds, generator=None) -> "PendingBatch":
         """:meth:`NeighborSampler.start` of ``batch_size`` seeds (distinct ids on the graph's
@@ -368,25 +379,25 @@ class CapturedSampler:
 @contextlib.contextmanager
 def captured_sampler(graph: DeviceGraph, fanouts, batch_size: int):
     """A function giving one pass in one thread its :class:`CapturedSampler` of ``graph``
-    (None where none :meth:`~CapturedSampler.applies`), taken at its first call, for the
-    pass's first full batch. Each is made once and kept on the graph for later passes (a
-    pass of another loader included); passes at the same time take one each."""
-    taken = []
+    (None where :meth:`~CapturedSampler.replay_plan` has none), taken at its first call,
+    for the pass's first full batch. Each is made once and kept on the graph for later
+    passes (a pass of another loader included); passes at the same time take one each."""
+    taken, key = [], (tuple(fanouts), batch_size)
 
     def take():
         if not taken:
-            if CapturedSampler.applies(graph, fanouts, batch_size):
-                free = graph.captured_samplers.setdefault((tuple(fanouts), batch_size), [])
-                taken.append(free.pop() if free else
-                             CapturedSampler(graph, fanouts, batch_size))
+            free = graph.captured_samplers.get(key)
+            if free:
+                taken.append(free.pop())
             else:
-                taken.append(None)
+                plan = CapturedSampler.replay_plan(graph, fanouts, batch_size)
+                taken.append(None if plan is None else CapturedSampler(graph, fanouts, plan))
         return taken[0]
     try:
         yield take
     finally:
         if taken and taken[0] is not None:
-            graph.captured_samplers[(tuple(fanouts), batch_size)].append(taken[0])
+            graph.captured_samplers.setdefault(key, []).append(taken[0])
 
 
 class PendingHop(NamedTuple):
@@ -480,16 +491,12 @@ def start_block(graph: DeviceGraph, dst: torch.Tensor, fanout: int, generator=No
     the block's edge count."""
     n = dst.numel()
     indptr = _block_rows(graph.indptr, dst, fanout, rows)
-    # a fan-out above every in-degree takes all in-edges: nothing to draw (n x fanout draws
-    # would cost memory in proportion to the fan-out, not to the degrees)
-    picked = fanout if 0 < fanout <= graph.max_in_degree else -1
+    picked, room = hop_room(graph, n, fanout)
     if draws is None and picked > 0:
         draws = torch.rand(n, picked, dtype=torch.float64, device=dst.device,
                            generator=generator)
-    if capacity is None:  # all in-edges (-1) are counted first, as hubs would make the
-        # room vast
-        capacity = (n * min(fanout, graph.max_in_degree) if fanout > 0
-                    else int(indptr[-1]))
+    if capacity is None:
+        capacity = int(indptr[-1]) if room is None else room
     src_nodes, local, edge_ids, counts = backends.for_tensor(dst).sample_block_edges(
         graph.indptr, graph.indices, graph.edge_ids, dst, indptr, capacity, picked, draws,
         rows)

@@ -48,8 +48,10 @@ case $phase in
     fi
     ;;
   compare)
-    # every arm under the same precision (tf32: the paper's setting and the trainer's default)
-    python3 scripts/compare_dgl.py --graphs reddit-sized products-sized medium --profile \
+    # BENCHMARKS.md's run (its compare.json is benchmarks/compare_h200.json): every arm under
+    # the same precision (tf32: the paper's setting and the trainer's default)
+    python3 scripts/compare_dgl.py --graphs reddit-sized products-sized medium \
+      --models sage gcn gin --ks 8 32 --epochs 10 --warmup 3 \
       --precision "${PRECISION:-tf32}" --out "$out" 2>&1 | tee "$out/compare.log"
     ;;
   minibatch)
